@@ -1,0 +1,49 @@
+// Input validation and the bit-preserving copy shared by the CPU and CUDA kernels.
+// Every entry point of the op library validates through check_identity_conv_input,
+// so a bad tensor gets the same message whichever device or API reached the kernel.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+namespace identity_conv {
+
+// The integer dtype with the same width as a supported float dtype. Copying
+// through it moves bit patterns, so NaN payloads and -0.0 survive by construction.
+inline at::ScalarType same_width_int_dtype(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kHalf:
+    case at::kBFloat16:
+      return at::kShort;
+    case at::kFloat:
+      return at::kInt;
+    case at::kDouble:
+      return at::kLong;
+    default:
+      TORCH_INTERNAL_ASSERT(false, "no integer twin for dtype ", dtype);
+  }
+}
+
+inline void check_identity_conv_input(const at::Tensor& x, const char* where) {
+  TORCH_CHECK(x.defined(), where, ": expected a tensor, got an undefined tensor");
+  TORCH_CHECK(
+      x.layout() == at::kStrided,
+      where, ": expected a dense (strided) tensor, got layout ", x.layout(),
+      ". Convert it with .to_dense() first.");
+  const auto dtype = x.scalar_type();
+  TORCH_CHECK(
+      dtype == at::kHalf || dtype == at::kBFloat16 || dtype == at::kFloat ||
+          dtype == at::kDouble,
+      where, ": expected a floating-point tensor (Half, BFloat16, Float or Double), got ",
+      dtype, ". Cast the input with .to(torch.float32) or another supported dtype.");
+}
+
+// Bit-exact copy of any-strided `x` into the contiguous `out` (same shape and
+// dtype), done as an integer copy so the values are never interpreted as floats.
+// Works on any device: TensorIterator runs it on the current stream.
+inline void strided_bit_copy(at::Tensor& out, const at::Tensor& x) {
+  const auto int_dtype = same_width_int_dtype(x.scalar_type());
+  out.view(int_dtype).copy_(x.view(int_dtype));
+}
+
+}  // namespace identity_conv

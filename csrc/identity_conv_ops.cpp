@@ -1,0 +1,74 @@
+// Schemas of the my_ops library and the IdentityConvClass torchbind class.
+// Kernels live in identity_conv_cpu.cpp and identity_conv_cuda.cu; this file only
+// declares what the library offers, in one TORCH_LIBRARY block.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/custom_class.h>
+#include <torch/library.h>
+
+#include <string>
+#include <tuple>
+
+#include "identity_conv_check.h"
+
+namespace identity_conv {
+
+// Stateful identity layer. `channels` is checked against dim 1 of every input so
+// the state is real, and it travels through pickling into AOTI packages.
+class IdentityConvClass : public torch::CustomClassHolder {
+ public:
+  explicit IdentityConvClass(int64_t channels) : channels_(channels) {
+    TORCH_CHECK(
+        channels > 0,
+        "my_ops::IdentityConvClass: expected channels > 0, got ", channels);
+  }
+
+  at::Tensor forward(const at::Tensor& x) const {
+    check_identity_conv_input(x, "my_ops::IdentityConvClass.forward");
+    TORCH_CHECK(
+        x.dim() >= 2 && x.size(1) == channels_,
+        "my_ops::IdentityConvClass.forward: expected an input of shape [N, ", channels_,
+        ", ...] (channels=", channels_, "), got shape ", x.sizes());
+    // Going through the dispatcher picks the CPU or CUDA kernel by the input's device.
+    static const auto op =
+        c10::Dispatcher::singleton()
+            .findSchemaOrThrow("my_ops::identity_conv_op", "")
+            .typed<at::Tensor(const at::Tensor&)>();
+    return op.call(x);
+  }
+
+  int64_t get_channels() const {
+    return channels_;
+  }
+
+ private:
+  int64_t channels_;
+};
+
+}  // namespace identity_conv
+
+TORCH_LIBRARY(my_ops, m) {
+  using identity_conv::IdentityConvClass;
+
+  // Returns a new contiguous tensor with exactly the bits of x (float dtypes only).
+  m.def("identity_conv_op(Tensor x) -> Tensor");
+
+  // Stateful identity layer holding `channels`; forward checks dim 1 then copies bits.
+  m.class_<IdentityConvClass>("IdentityConvClass")
+      .def(torch::init<int64_t>())
+      .def("forward", &IdentityConvClass::forward)
+      .def("get_channels", &IdentityConvClass::get_channels)
+      // Lets torch.export fakify the object: the Python fake class rebuilds from this.
+      .def(
+          "__obj_flatten__",
+          [](const c10::intrusive_ptr<IdentityConvClass>& self) {
+            return std::make_tuple(
+                std::make_tuple(std::string("channels"), self->get_channels()));
+          })
+      .def_pickle(
+          [](const c10::intrusive_ptr<IdentityConvClass>& self) -> int64_t {
+            return self->get_channels();
+          },
+          [](int64_t channels) -> c10::intrusive_ptr<IdentityConvClass> {
+            return c10::make_intrusive<IdentityConvClass>(channels);
+          });
+}
