@@ -1,0 +1,106 @@
+// The C++ runner's library: load op libraries, read and preflight an AOTI package,
+// tensor files shared with Python (torch.save format), input validation, bit
+// comparison. main.cpp only parses arguments and prints.
+#pragma once
+
+#include <ATen/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace aoti_runner {
+
+// Exit codes shared with the Python runner.
+constexpr int kExitPass = 0;
+constexpr int kExitMismatch = 1;
+constexpr int kExitUsage = 2;
+
+// A failure the user can fix: it carries a full message and the exit code.
+class RunnerError : public std::runtime_error {
+ public:
+  explicit RunnerError(const std::string& message, int exit_code = kExitUsage)
+      : std::runtime_error(message), exit_code_(exit_code) {}
+  int exit_code() const {
+    return exit_code_;
+  }
+
+ private:
+  int exit_code_;
+};
+
+// One dimension of an input spec: a fixed size, or a [min, max] range.
+struct DimSpec {
+  int64_t min = 0;
+  int64_t max = 0;
+  bool is_static() const {
+    return min == max;
+  }
+};
+
+struct TensorSpec {
+  std::vector<DimSpec> dims;
+  std::string dtype;  // Python spelling: "float32", "bfloat16", ...
+};
+
+// What export_compile recorded in the package metadata (keys "identity_conv.*").
+struct PackageSpec {
+  std::vector<TensorSpec> inputs;
+  std::string device;
+  std::vector<std::string> required_ops;
+  std::vector<std::string> required_classes;
+  std::vector<std::string> op_libraries;
+  bool is_identity = false;
+  std::string torch_version;
+  std::map<std::string, std::string> raw;  // every metadata entry, for --inspect
+};
+
+// dlopen(RTLD_NOW | RTLD_GLOBAL) each library, in order; registration runs here.
+void load_op_libraries(const std::vector<std::string>& paths);
+
+// Checks that `path` is a readable, non-empty zip, then reads its metadata.
+PackageSpec read_package_spec(const std::string& path);
+
+// Throws a RunnerError naming each op or class the package needs and no loaded
+// library registered, and the library to pass.
+void check_required_symbols(const PackageSpec& spec);
+
+// Throws if the package targets a device this process cannot use.
+void check_device(const PackageSpec& spec);
+
+// Tensor files: a list of tensors in torch.save format.
+std::vector<at::Tensor> load_tensors(const std::string& path);
+void save_tensors(const std::string& path, const std::vector<at::Tensor>& tensors);
+
+// Seeded random inputs matching the spec (dynamic dims take their minimum).
+std::vector<at::Tensor> make_random_inputs(const PackageSpec& spec, uint64_t seed);
+
+// Checks count, rank, each dim, dtype and device; returns contiguous copies where
+// needed. Throws a one-line RunnerError on the first mismatch.
+std::vector<at::Tensor> validate_inputs(const std::vector<at::Tensor>& inputs,
+                                        const PackageSpec& spec);
+
+// Loads the package and runs it once.
+std::vector<at::Tensor> run_package(const std::string& path,
+                                    const std::vector<at::Tensor>& inputs);
+
+struct BitReport {
+  bool identical = false;
+  int64_t numel = 0;
+  int64_t num_differ = 0;
+  std::string detail;  // human-readable description of the first difference
+};
+
+// Compares bit patterns (same-width integer views), not float values.
+BitReport compare_bits(const at::Tensor& actual, const at::Tensor& expected);
+
+// Shared objects mapped into this process, from /proc/self/maps.
+std::vector<std::string> loaded_shared_objects();
+
+std::string format_shape(const TensorSpec& spec);
+std::string format_sizes(const at::Tensor& t);
+
+}  // namespace aoti_runner
