@@ -1,0 +1,2 @@
+"""Command-line entry points: thin layers that parse options, call the stage
+functions and print."""

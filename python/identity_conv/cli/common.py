@@ -1,0 +1,27 @@
+"""What both CLIs share: consoles, and turning a typed error into a message and an
+exit code."""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from ..errors import IdentityConvError
+
+# Markup is off: messages carry paths and shapes such as "[tensor, ...]" that rich
+# would otherwise take for style tags. Styles are passed explicitly instead.
+console = Console(highlight=False, markup=False)
+err_console = Console(stderr=True, highlight=False, markup=False)
+
+
+def exit_with(error: IdentityConvError) -> NoReturn:
+    """Print ``error`` on stderr and exit with its code."""
+    err_console.print(Text.assemble(("error: ", "bold red"), str(error)), soft_wrap=True)
+    raise typer.Exit(error.exit_code)
+
+
+def verdict(passed: bool) -> Text:
+    return Text("PASSED", style="bold green") if passed else Text("FAILED", style="bold red")

@@ -1,0 +1,40 @@
+"""Stage 2: AOTInductor compile of an exported program into a .pt2 package that
+carries the toolkit's metadata."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .errors import CompileError
+from .package import PackageSpec
+
+
+def compile_package(
+    program: torch.export.ExportedProgram, package_path: str | Path, spec: PackageSpec
+) -> Path:
+    """Compile ``program`` with AOTInductor and write the package.
+
+    Args:
+        program: the exported program.
+        package_path: where to write the ``.pt2`` file; parent folders are created.
+        spec: recorded in the package metadata for the runners' checks.
+
+    Returns:
+        The package path.
+
+    Raises:
+        CompileError: with Inductor's message.
+    """
+    package_path = Path(package_path)
+    package_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        written = torch._inductor.aoti_compile_and_package(
+            program,
+            package_path=str(package_path),
+            inductor_configs={"aot_inductor.metadata": spec.to_metadata()},
+        )
+    except Exception as error:  # Inductor raises many unrelated types here
+        raise CompileError(f"AOTInductor compile failed: {type(error).__name__}: {error}") from error
+    return Path(written)

@@ -1,0 +1,40 @@
+"""Typed errors raised by the stage functions. The CLIs turn them into messages and
+exit codes; stage functions never print or exit."""
+
+from __future__ import annotations
+
+EXIT_PASS = 0
+EXIT_MISMATCH = 1
+EXIT_USAGE = 2
+
+
+class IdentityConvError(Exception):
+    """Base of every error the toolkit raises on purpose. Carries the exit code."""
+
+    exit_code = EXIT_USAGE
+
+
+class OpLibraryError(IdentityConvError):
+    """The op library could not be found or loaded."""
+
+
+class ExportError(IdentityConvError):
+    """torch.export failed, or the exported graph is not what the package needs."""
+
+
+class CompileError(IdentityConvError):
+    """AOTInductor failed to compile or package the exported program."""
+
+
+class PackageError(IdentityConvError):
+    """A package is missing, damaged, lacks metadata or cannot run in this process."""
+
+
+class InputError(IdentityConvError):
+    """An input or tensor file does not match what the package was compiled for."""
+
+
+class VerificationError(IdentityConvError):
+    """Bits differ where they must not."""
+
+    exit_code = EXIT_MISMATCH

@@ -1,0 +1,156 @@
+"""Loads the op library (libidentity_conv_ops.so) and registers the Python fakes
+that torch.export and torch.compile need: a fake kernel for the op and a fake class
+for the torchbind class. The schemas themselves live in C++ only."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .errors import OpLibraryError
+
+LIBRARY_NAME = "libidentity_conv_ops.so"
+LIBRARY_ENV_VAR = "IDENTITY_CONV_OPS_LIB"
+OP_NAME = "my_ops::identity_conv_op"
+CLASS_NAME = "my_ops::IdentityConvClass"
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+_loaded_path: Path | None = None
+
+
+def library_candidates(path: str | os.PathLike[str] | None = None) -> list[Path]:
+    """The places the loader looks for the library, in order.
+
+    Args:
+        path: an explicit path; when given it is the only candidate.
+
+    Returns:
+        The explicit path, else ``$IDENTITY_CONV_OPS_LIB``, then ``build/`` in the
+        current directory and in the source checkout.
+    """
+    if path is not None:
+        return [Path(path)]
+    candidates = []
+    if os.environ.get(LIBRARY_ENV_VAR):
+        candidates.append(Path(os.environ[LIBRARY_ENV_VAR]))
+    candidates.append(Path.cwd() / "build" / LIBRARY_NAME)
+    candidates.append(_REPO_ROOT / "build" / LIBRARY_NAME)
+    unique: list[Path] = []
+    for candidate in candidates:
+        if candidate.resolve() not in [u.resolve() for u in unique]:
+            unique.append(candidate)
+    return unique
+
+
+def load_op_library(path: str | os.PathLike[str] | None = None) -> Path:
+    """Load the op library once, then register its fakes. Safe to call again.
+
+    Args:
+        path: the library to load; defaults to the search in ``library_candidates``.
+
+    Returns:
+        The resolved path of the loaded library.
+
+    Raises:
+        OpLibraryError: no candidate exists, loading failed, or a different library
+            file was already loaded in this process.
+    """
+    global _loaded_path
+    candidates = library_candidates(path)
+    if _loaded_path is not None:
+        if path is not None and Path(path).resolve() != _loaded_path:
+            raise OpLibraryError(
+                f"the op library is already loaded from {_loaded_path}; "
+                f"cannot load a second copy from {Path(path).resolve()} in the same process"
+            )
+        return _loaded_path
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        tried = "\n".join(f"  - {c}" for c in candidates)
+        raise OpLibraryError(
+            f"could not find the op library {LIBRARY_NAME}. Tried:\n{tried}\n"
+            f"Build it with ./scripts/setup.sh, or pass its path "
+            f"(--op-lib PATH, or set {LIBRARY_ENV_VAR})."
+        )
+    try:
+        torch.ops.load_library(str(found))
+    except OSError as error:
+        raise OpLibraryError(
+            f"could not load the op library {found}: {error}\n"
+            "Rebuild it against this environment's torch with ./scripts/setup.sh."
+        ) from error
+    if not _has_schema(OP_NAME):
+        raise OpLibraryError(
+            f"{found} loaded, but it does not register {OP_NAME}; pass the "
+            f"{LIBRARY_NAME} built from csrc/"
+        )
+    _register_fakes()
+    _loaded_path = found.resolve()
+    return _loaded_path
+
+
+def _has_schema(qualname: str) -> bool:
+    namespace, name = qualname.split("::")
+    return hasattr(getattr(torch.ops, namespace), name)
+
+
+def identity_conv(x: torch.Tensor) -> torch.Tensor:
+    """Typed wrapper of ``my_ops::identity_conv_op``.
+
+    Args:
+        x: a float16, bfloat16, float32 or float64 tensor of any strides.
+
+    Returns:
+        A new contiguous tensor with exactly the bits of ``x``.
+    """
+    return torch.ops.my_ops.identity_conv_op(x)
+
+
+def _fake_identity_conv(x: torch.Tensor) -> torch.Tensor:
+    """Fake kernel of ``my_ops::identity_conv_op``: metadata only.
+
+    Args:
+        x: a fake tensor.
+
+    Returns:
+        An empty contiguous tensor of x's shape, dtype and device, like the real
+        kernels return.
+    """
+    torch._check(
+        x.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64),
+        lambda: f"my_ops::identity_conv_op: expected a floating-point tensor "
+        f"(Half, BFloat16, Float or Double), got {x.dtype}",
+    )
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+class FakeIdentityConvClass:
+    """Fake of the torchbind class ``my_ops::IdentityConvClass`` for tracing."""
+
+    def __init__(self, channels: int) -> None:
+        self.channels = channels
+
+    @classmethod
+    def __obj_unflatten__(cls, flattened: Any) -> "FakeIdentityConvClass":
+        """Rebuild from the C++ ``__obj_flatten__`` output, ``(("channels", c),)``."""
+        return cls(**dict(flattened))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Same metadata as the real forward: a contiguous copy of x."""
+        torch._check(
+            x.dim() >= 2 and x.shape[1] == self.channels,
+            lambda: f"my_ops::IdentityConvClass.forward: expected an input of shape "
+            f"[N, {self.channels}, ...], got {list(x.shape)}",
+        )
+        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+    def get_channels(self) -> int:
+        return self.channels
+
+
+def _register_fakes() -> None:
+    torch.library.register_fake(OP_NAME)(_fake_identity_conv)
+    torch._library.register_fake_class(CLASS_NAME)(FakeIdentityConvClass)

@@ -1,0 +1,158 @@
+"""What a package needs and accepts, recorded by export_compile in the AOTI
+package's own metadata (keys ``identity_conv.*``) and read back, without loading
+the package, by both runners."""
+
+from __future__ import annotations
+
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .errors import PackageError
+
+META_PREFIX = "identity_conv."
+FORMAT_VERSION = "1"
+
+DTYPES: dict[str, torch.dtype] = {
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float32`` -> ``"float32"``."""
+    return str(dtype).removeprefix("torch.")
+
+
+@dataclass(frozen=True)
+class DimSpec:
+    """A fixed size (min == max) or an inclusive range of sizes."""
+
+    min: int
+    max: int
+
+    @property
+    def is_static(self) -> bool:
+        return self.min == self.max
+
+    def __str__(self) -> str:
+        return str(self.min) if self.is_static else f"{self.min}..{self.max}"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    dims: tuple[DimSpec, ...]
+    dtype: str
+
+    @classmethod
+    def of(cls, tensor: torch.Tensor) -> "TensorSpec":
+        return cls(tuple(DimSpec(s, s) for s in tensor.shape), dtype_name(tensor.dtype))
+
+    def shape_str(self) -> str:
+        return "[" + ", ".join(str(d) for d in self.dims) + "]"
+
+    def encode(self) -> str:
+        return f"{self.dtype}:" + ",".join(str(d) for d in self.dims)
+
+    @classmethod
+    def decode(cls, text: str) -> "TensorSpec":
+        dtype, _, dims = text.partition(":")
+        try:
+            parsed = []
+            for dim in dims.split(",") if dims else []:
+                low, _, high = dim.partition("..")
+                parsed.append(DimSpec(int(low), int(high or low)))
+        except ValueError as error:
+            raise PackageError(
+                f"package metadata is malformed: input spec {text!r}. "
+                "Re-export the package with export_compile."
+            ) from error
+        return cls(tuple(parsed), dtype)
+
+
+@dataclass
+class PackageSpec:
+    """The facts export_compile records so a runner can check before it runs."""
+
+    inputs: list[TensorSpec]
+    device: str
+    required_ops: list[str] = field(default_factory=list)
+    required_classes: list[str] = field(default_factory=list)
+    op_libraries: list[str] = field(default_factory=list)
+    is_identity: bool = False
+    torch_version: str = torch.__version__
+    aoti: dict[str, str] = field(default_factory=dict)  # AOTI's own entries (CPU ISA, ...)
+
+    def to_metadata(self) -> dict[str, str]:
+        entries = {
+            "format": FORMAT_VERSION,
+            "inputs": ";".join(spec.encode() for spec in self.inputs),
+            "device": self.device,
+            "required_ops": ",".join(self.required_ops),
+            "required_classes": ",".join(self.required_classes),
+            "op_libraries": ",".join(self.op_libraries),
+            "is_identity": "1" if self.is_identity else "0",
+            "torch_version": self.torch_version,
+        }
+        return {META_PREFIX + key: value for key, value in entries.items()}
+
+    @classmethod
+    def from_metadata(cls, metadata: dict[str, str], path: Path) -> "PackageSpec":
+        def get(key: str, default: str = "") -> str:
+            return metadata.get(META_PREFIX + key, default)
+
+        def split(text: str, sep: str = ",") -> list[str]:
+            return [part for part in text.split(sep) if part]
+
+        if META_PREFIX + "inputs" not in metadata:
+            raise PackageError(
+                f"package {path} has no identity_conv metadata (no "
+                f"'{META_PREFIX}inputs' entry), so its inputs cannot be validated. "
+                "Create the package with export_compile, which records them."
+            )
+        return cls(
+            inputs=[TensorSpec.decode(text) for text in split(get("inputs"), ";")],
+            device=get("device", "cpu"),
+            required_ops=split(get("required_ops")),
+            required_classes=split(get("required_classes")),
+            op_libraries=split(get("op_libraries")),
+            is_identity=get("is_identity") == "1",
+            torch_version=get("torch_version", "unknown"),
+            aoti={k: v for k, v in metadata.items() if not k.startswith(META_PREFIX)},
+        )
+
+
+def read_package_spec(path: str | Path) -> PackageSpec:
+    """Check that ``path`` looks like an AOTI package and read its recorded spec.
+
+    Raises:
+        PackageError: the file is missing, empty, not a zip, not an AOTI package,
+            or was not written by export_compile.
+    """
+    path = Path(path)
+    hint = "Create it with `export_compile` (default output artifacts/model.pt2)."
+    if not path.exists():
+        raise PackageError(f"package not found: {path}\n{hint}")
+    if not path.is_file():
+        raise PackageError(f"package path is not a file: {path}\n{hint}")
+    if path.stat().st_size == 0:
+        raise PackageError(f"package is empty (0 bytes): {path}\n{hint}")
+    if not zipfile.is_zipfile(path):
+        raise PackageError(
+            f"package is not a zip archive (an AOTI .pt2 package is one): {path}\n{hint}"
+        )
+    try:
+        metadata = torch._C._aoti.AOTIModelPackageLoader.load_metadata_from_package(
+            str(path), "model"
+        )
+    except RuntimeError as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise PackageError(
+            f"could not read the AOTI package {path}: {first_line}\n"
+            f"The file is damaged or is not an AOTI package. {hint}"
+        ) from error
+    return PackageSpec.from_metadata(dict(metadata), path)

@@ -1,0 +1,123 @@
+"""Stage 3 (Python side): preflight a package, validate inputs against its recorded
+spec, load it with aoti_load_package and run it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .errors import InputError, PackageError
+from .package import PackageSpec, dtype_name, DTYPES
+
+
+def check_required_symbols(spec: PackageSpec) -> None:
+    """Raise PackageError naming each op or class the package needs that is not
+    registered in this process, and the library that provides it."""
+    missing = []
+    for op in spec.required_ops:
+        namespace, name = op.split("::")
+        if not hasattr(getattr(torch.ops, namespace), name):
+            missing.append(f"op {op}")
+    for cls in spec.required_classes:
+        namespace, name = cls.split("::")
+        try:
+            torch._C._get_custom_class_python_wrapper(namespace, name)
+        except RuntimeError:
+            missing.append(f"class {cls}")
+    if missing:
+        libs = ", ".join(spec.op_libraries) or "the op library"
+        raise PackageError(
+            f"the package needs {' and '.join(missing)}, which no loaded library registers. "
+            f"They are defined in {libs}; pass its path (OP_LIB_PATH or --op-lib)."
+        )
+
+
+def check_device(spec: PackageSpec) -> None:
+    """Raise PackageError if the package targets a device this process cannot use."""
+    if spec.device.startswith("cuda") and not torch.cuda.is_available():
+        raise PackageError(
+            f"the package was compiled for {spec.device}, but this process has no usable "
+            "CUDA device. Run it on a CUDA machine, or re-export with --device cpu."
+        )
+
+
+def make_random_inputs(spec: PackageSpec, seed: int) -> list[torch.Tensor]:
+    """Seeded standard-normal inputs of the recorded shapes (dynamic dims take their min)."""
+    generator = torch.Generator().manual_seed(seed)
+    inputs = []
+    for tensor_spec in spec.inputs:
+        if tensor_spec.dtype not in DTYPES:
+            raise InputError(f"cannot generate a random input of dtype {tensor_spec.dtype}; pass --inputs FILE.")
+        shape = [d.min for d in tensor_spec.dims]
+        tensor = torch.randn(shape, generator=generator).to(DTYPES[tensor_spec.dtype])
+        inputs.append(tensor.to(spec.device))
+    return inputs
+
+
+def validate_inputs(inputs: list[torch.Tensor], spec: PackageSpec) -> list[torch.Tensor]:
+    """Check count, rank, each dim, dtype and device against the package spec.
+
+    Returns:
+        The inputs, made contiguous where they were not (AOTI reads dense buffers).
+
+    Raises:
+        InputError: one line naming the input, the expected and the actual value.
+    """
+    if len(inputs) != len(spec.inputs):
+        raise InputError(f"wrong number of inputs: the package expects {len(spec.inputs)}, got {len(inputs)}.")
+    ready = []
+    for i, (tensor, expected) in enumerate(zip(inputs, spec.inputs)):
+        name = f"input[{i}]"
+        if tensor.dim() != len(expected.dims):
+            raise InputError(
+                f"{name}: expected rank {len(expected.dims)} {expected.shape_str()}, "
+                f"got rank {tensor.dim()} {list(tensor.shape)}."
+            )
+        for d, (size, dim) in enumerate(zip(tensor.shape, expected.dims)):
+            if not dim.min <= size <= dim.max:
+                want = str(dim.min) if dim.is_static else f"a size in [{dim.min}, {dim.max}]"
+                raise InputError(
+                    f"{name}: dim {d} expected {want}, got {size} "
+                    f"(shape {list(tensor.shape)}, package expects {expected.shape_str()})."
+                )
+        if dtype_name(tensor.dtype) != expected.dtype:
+            raise InputError(
+                f"{name}: expected dtype {expected.dtype}, got {dtype_name(tensor.dtype)}. Convert the "
+                f"input or re-export the package with --dtype {dtype_name(tensor.dtype)}."
+            )
+        if tensor.device.type != torch.device(spec.device).type:
+            raise InputError(f"{name}: expected a tensor on {spec.device}, got one on {tensor.device}.")
+        ready.append(tensor.contiguous())
+    return ready
+
+
+class LoadedPackage:
+    """A package loaded in this process with aoti_load_package."""
+
+    def __init__(self, path: str | Path, spec: PackageSpec) -> None:
+        self.path = Path(path)
+        self.spec = spec
+        try:
+            self._compiled = torch._inductor.aoti_load_package(str(self.path))
+        except RuntimeError as error:
+            first_line = str(error).strip().splitlines()[0]
+            raise PackageError(f"could not load the AOTI package {self.path}: {first_line}") from error
+
+    def run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Validate then run. Returns the outputs as a list."""
+        ready = validate_inputs(inputs, self.spec)
+        outputs = self._compiled(*ready)
+        if isinstance(outputs, torch.Tensor):
+            return [outputs]
+        return list(outputs)
+
+
+def load_package(path: str | Path, spec: PackageSpec) -> LoadedPackage:
+    """Preflight (device, required ops and classes) then load the package.
+
+    Call ``load_op_library`` first; ``spec`` comes from ``read_package_spec``.
+    """
+    check_device(spec)
+    check_required_symbols(spec)
+    return LoadedPackage(path, spec)

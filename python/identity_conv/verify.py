@@ -1,0 +1,96 @@
+"""Bit-level comparison of tensors: bit patterns through same-width integer views,
+never float equality (which calls -0.0 == +0.0 and NaN != NaN)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+_INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+@dataclass(frozen=True)
+class BitReport:
+    """The result of ``compare_bits``. ``str(report)`` is the one-line summary."""
+
+    identical: bool
+    numel: int
+    num_differ: int
+    first_index: tuple[int, ...] | None = None
+    actual_value: float | None = None
+    expected_value: float | None = None
+    actual_bits: str | None = None
+    expected_bits: str | None = None
+    max_abs_diff: float | None = None
+    reason: str | None = None  # set when dtype or shape differ
+
+    def __str__(self) -> str:
+        if self.identical:
+            return "identical"
+        if self.reason:
+            return self.reason
+        index = ", ".join(str(i) for i in self.first_index or ())
+        return (
+            f"{self.num_differ} of {self.numel} elements differ; first at [{index}]: "
+            f"got {_fmt(self.actual_value)} ({self.actual_bits}), "
+            f"expected {_fmt(self.expected_value)} ({self.expected_bits}); "
+            f"max abs diff {_fmt(self.max_abs_diff)}"
+        )
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return "nan" if value != value else f"{value:.9g}"
+
+
+def bit_view(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's bits as a flat tensor of same-width integers (on the CPU)."""
+    tensor = tensor.detach().cpu().contiguous()
+    return tensor.view(_INT_OF_WIDTH[tensor.element_size()]).flatten()
+
+
+def compare_bits(actual: torch.Tensor, expected: torch.Tensor) -> BitReport:
+    """Compare two tensors bit for bit.
+
+    Args:
+        actual: the tensor under test.
+        expected: the reference.
+
+    Returns:
+        A BitReport: identical, or the count of differing elements, the first
+        differing index with both values and bit patterns, and the max absolute
+        difference over elements where both values are finite.
+    """
+    numel = expected.numel()
+    if actual.dtype != expected.dtype:
+        return BitReport(False, numel, numel, reason=f"dtype differs: got {actual.dtype}, expected {expected.dtype}")
+    if actual.shape != expected.shape:
+        return BitReport(
+            False, numel, numel, reason=f"shape differs: got {list(actual.shape)}, expected {list(expected.shape)}"
+        )
+    actual_bits, expected_bits = bit_view(actual), bit_view(expected)
+    differ = actual_bits != expected_bits
+    num_differ = int(differ.sum())
+    if num_differ == 0:
+        return BitReport(True, numel, 0)
+    flat = int(differ.nonzero()[0])
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(expected.shape)))
+    a64 = actual.detach().cpu().flatten().double()
+    e64 = expected.detach().cpu().flatten().double()
+    finite = a64.isfinite() & e64.isfinite()
+    max_abs = float(torch.where(finite, (a64 - e64).abs(), torch.zeros_like(a64)).max())
+    width = 2 * actual.element_size()
+    mask = (1 << (8 * actual.element_size())) - 1
+    return BitReport(
+        identical=False,
+        numel=numel,
+        num_differ=num_differ,
+        first_index=index,
+        actual_value=float(a64[flat]),
+        expected_value=float(e64[flat]),
+        actual_bits=f"0x{int(actual_bits[flat]) & mask:0{width}x}",
+        expected_bits=f"0x{int(expected_bits[flat]) & mask:0{width}x}",
+        max_abs_diff=max_abs,
+    )
