@@ -333,7 +333,7 @@ std::vector<at::Tensor> load_tensors(const std::string& path) {
   const auto elements = value.isList() ? value.toListRef().vec() : value.toTupleRef().elements().vec();
   for (size_t i = 0; i < elements.size(); ++i) {
     if (!elements[i].isTensor()) {
-      throw RunnerError("tensor file " + path + ": element " + std::to_string(i) + " is a " +
+      throw RunnerError("tensor file " + path + ": element " + std::to_string(i) + " is of type " +
                         elements[i].tagKind() + ", expected a tensor.");
     }
     tensors.push_back(elements[i].toTensor());

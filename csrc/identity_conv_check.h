@@ -38,6 +38,13 @@ inline void check_identity_conv_input(const at::Tensor& x, const char* where) {
       dtype, ". Cast the input with .to(torch.float32) or another supported dtype.");
 }
 
+// Kernel for sparse dispatch keys: without it the dispatcher's generic "could not
+// run ... with arguments from the SparseCPU backend" is all the user would see.
+inline at::Tensor reject_sparse_input(const at::Tensor& x) {
+  check_identity_conv_input(x, "my_ops::identity_conv_op");
+  TORCH_INTERNAL_ASSERT(false, "unreachable: a sparse tensor passed the layout check");
+}
+
 // Bit-exact copy of any-strided `x` into the contiguous `out` (same shape and
 // dtype), done as an integer copy so the values are never interpreted as floats.
 // Works on any device: TensorIterator runs it on the current stream.

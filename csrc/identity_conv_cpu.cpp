@@ -41,3 +41,7 @@ at::Tensor identity_conv_cpu(const at::Tensor& x) {
 TORCH_LIBRARY_IMPL(my_ops, CPU, m) {
   m.impl("identity_conv_op", &identity_conv::identity_conv_cpu);
 }
+
+TORCH_LIBRARY_IMPL(my_ops, SparseCPU, m) {
+  m.impl("identity_conv_op", &identity_conv::reject_sparse_input);
+}

@@ -73,3 +73,7 @@ at::Tensor identity_conv_cuda(const at::Tensor& x) {
 TORCH_LIBRARY_IMPL(my_ops, CUDA, m) {
   m.impl("identity_conv_op", &identity_conv::identity_conv_cuda);
 }
+
+TORCH_LIBRARY_IMPL(my_ops, SparseCUDA, m) {
+  m.impl("identity_conv_op", &identity_conv::reject_sparse_input);
+}

@@ -60,13 +60,6 @@ def load_op_library(path: str | os.PathLike[str] | None = None) -> Path:
     """
     global _loaded_path
     candidates = library_candidates(path)
-    if _loaded_path is not None:
-        if path is not None and Path(path).resolve() != _loaded_path:
-            raise OpLibraryError(
-                f"the op library is already loaded from {_loaded_path}; "
-                f"cannot load a second copy from {Path(path).resolve()} in the same process"
-            )
-        return _loaded_path
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:
         tried = "\n".join(f"  - {c}" for c in candidates)
@@ -75,6 +68,13 @@ def load_op_library(path: str | os.PathLike[str] | None = None) -> Path:
             f"Build it with ./scripts/setup.sh, or pass its path "
             f"(--op-lib PATH, or set {LIBRARY_ENV_VAR})."
         )
+    if _loaded_path is not None:
+        if path is not None and found.resolve() != _loaded_path:
+            raise OpLibraryError(
+                f"the op library is already loaded from {_loaded_path}; "
+                f"cannot load a second copy from {found.resolve()} in the same process"
+            )
+        return _loaded_path
     try:
         torch.ops.load_library(str(found))
     except OSError as error:

@@ -45,5 +45,5 @@ def load_tensors(path: str | Path) -> list[torch.Tensor]:
         raise InputError(f"tensor file {path} holds a {type(value).__name__}, expected a list of tensors.\n{_HINT}")
     for i, item in enumerate(value):
         if not isinstance(item, torch.Tensor):
-            raise InputError(f"tensor file {path}: element {i} is a {type(item).__name__}, expected a tensor.")
+            raise InputError(f"tensor file {path}: element {i} is of type {type(item).__name__}, expected a tensor.")
     return list(value)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .errors import VerificationError
+
 _INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -94,3 +96,10 @@ def compare_bits(actual: torch.Tensor, expected: torch.Tensor) -> BitReport:
         expected_bits=f"0x{int(expected_bits[flat]) & mask:0{width}x}",
         max_abs_diff=max_abs,
     )
+
+
+def compare_tensor_lists(actual: list[torch.Tensor], expected: list[torch.Tensor]) -> list[BitReport]:
+    """``compare_bits`` pairwise. A length mismatch is a VerificationError."""
+    if len(actual) != len(expected):
+        raise VerificationError(f"different numbers of tensors: got {len(actual)}, expected {len(expected)}")
+    return [compare_bits(a, e) for a, e in zip(actual, expected)]

@@ -12,9 +12,10 @@ from rich.text import Text
 from ..errors import IdentityConvError
 
 # Markup is off: messages carry paths and shapes such as "[tensor, ...]" that rich
-# would otherwise take for style tags. Styles are passed explicitly instead.
-console = Console(highlight=False, markup=False)
-err_console = Console(stderr=True, highlight=False, markup=False)
+# would otherwise take for style tags. Styles are passed explicitly instead. Lines
+# are not wrapped, so scripts can grep a whole report line.
+console = Console(highlight=False, markup=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
 
 
 def exit_with(error: IdentityConvError) -> NoReturn:

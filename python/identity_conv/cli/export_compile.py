@@ -3,13 +3,13 @@ AOTInductor into a .pt2 package, and verify the package against eager bit-for-bi
 
 from __future__ import annotations
 
+import warnings
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import torch
 import typer
-from rich.panel import Panel
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
@@ -108,7 +108,10 @@ def export_compile(
         exit_with(error)
 
     if show_graph:
-        console.print(Panel(Text(result.graph), title="exported graph", expand=False))
+        # Plain lines, not a panel: a panel would crop the node targets.
+        console.rule("exported graph")
+        console.print(result.graph)
+        console.rule()
 
     table = Table(title="export_compile summary")
     table.add_column("item")
@@ -129,4 +132,7 @@ def export_compile(
 
 
 def main() -> None:
+    # torch's own pytree code warns about its own deprecated API during compile;
+    # it is noise to a user of this CLI.
+    warnings.filterwarnings("ignore", message=r".*LeafSpec.*deprecated", category=FutureWarning)
     app()

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The main job on the CPU default: set up .venv and build (scripts/setup.sh), export
+# and compile the IdentityModel into artifacts/model.pt2, run it from Python and from
+# C++ on the same input file, and verify both bit-for-bit.
+# Exits 0 only if both runtimes pass and their outputs have the same bits.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$ROOT/scripts/setup.sh" || exit $?
+VENV="${VENV:-$ROOT/.venv}"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+PY="$VENV/bin/python"
+LIB="$BUILD_DIR/libidentity_conv_ops.so"
+cd "$ROOT"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "export + AOTI compile -> artifacts/model.pt2"
+"$VENV/bin/export_compile" --output artifacts/model.pt2 --op-lib "$LIB" || exit $?
+
+step "writing a seeded input file artifacts/demo_input.pt"
+"$PY" - <<'PY' || exit $?
+import torch
+generator = torch.Generator().manual_seed(1234)
+torch.save([torch.randn(1, 3, 224, 224, generator=generator)], "artifacts/demo_input.pt")
+PY
+
+step "Python runtime: run_inference"
+"$VENV/bin/run_inference" artifacts/model.pt2 "$LIB" \
+  --inputs artifacts/demo_input.pt --outputs artifacts/demo_output_python.pt
+python_rc=$?
+
+step "C++ runtime: aoti_runner (no Python in the process)"
+"$BUILD_DIR/aoti_runner" artifacts/model.pt2 "$LIB" \
+  --inputs artifacts/demo_input.pt --outputs artifacts/demo_output_cpp.pt
+cpp_rc=$?
+
+step "Python output vs C++ output"
+cross_rc=1
+if [[ $python_rc -eq 0 && $cpp_rc -eq 0 ]]; then
+  "$VENV/bin/compare_tensors" artifacts/demo_output_cpp.pt artifacts/demo_output_python.pt
+  cross_rc=$?
+else
+  echo "skipped: a runtime failed"
+fi
+
+verdict() { [[ $1 -eq 0 ]] && echo PASSED || echo "FAILED (exit $1)"; }
+step "summary"
+printf '  %-34s %s\n' "Python runtime (run_inference)" "$(verdict $python_rc)"
+printf '  %-34s %s\n' "C++ runtime (aoti_runner)" "$(verdict $cpp_rc)"
+printf '  %-34s %s\n' "Python vs C++ outputs (bitwise)" "$(verdict $cross_rc)"
+[[ $python_rc -eq 0 && $cpp_rc -eq 0 && $cross_rc -eq 0 ]]

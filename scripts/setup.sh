@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Sets up everything the demo and the tests need, on a fresh clone or again:
+# creates .venv, installs torch (TORCH_SPEC) and this package, then configures and
+# builds the op library and the C++ runner with CMake + Ninja into build/.
+# A second run reuses the venv and the build folder and only rebuilds what changed.
+#
+# Environment: TORCH_SPEC (default torch==2.13.0, a CPU build), VENV (.venv),
+# BUILD_DIR (build), PYTHON (python3, used to create the venv).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${VENV:-$ROOT/.venv}"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
+PYTHON="${PYTHON:-python3}"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+  step "creating $VENV"
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip
+fi
+PIP=("$VENV/bin/python" -m pip)
+
+# The install stamp records what was installed, so a second run skips pip.
+stamp="$VENV/.identity_conv_installed"
+want="$TORCH_SPEC $(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
+if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
+  step "installing $TORCH_SPEC"
+  "${PIP[@]}" install --quiet "$TORCH_SPEC"
+  step "installing the identity_conv package (editable) with test and build tools"
+  # No build isolation is needed: the backend is setuptools, and torch is already in
+  # the venv, so pip does not fetch a second torch for the build.
+  "${PIP[@]}" install --quiet -e "$ROOT[test,build]"
+  echo "$want" > "$stamp"
+else
+  step "reusing $VENV ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"
+fi
+
+# The venv's cmake (4.x) can set C++20 for nvcc; its ninja keeps the build reproducible.
+export PATH="$VENV/bin:$PATH"
+if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+  step "configuring $BUILD_DIR (CMake + Ninja)"
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release \
+    -DPython3_EXECUTABLE="$VENV/bin/python" \
+    ${CMAKE_ARGS:-}
+fi
+step "building the op library and the C++ runner"
+cmake --build "$BUILD_DIR"
+echo "built $BUILD_DIR/libidentity_conv_ops.so and $BUILD_DIR/aoti_runner"

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Sets up (scripts/setup.sh), then runs the whole pytest suite. Extra arguments go
+# to pytest. Exits non-zero on any failure, including "no tests collected".
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$ROOT/scripts/setup.sh"
+VENV="${VENV:-$ROOT/.venv}"
+
+printf '\n==> running the test suite\n'
+cd "$ROOT"
+export IDENTITY_CONV_BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+"$VENV/bin/python" -m pytest "$@"

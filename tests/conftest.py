@@ -1,0 +1,86 @@
+"""Session fixtures shared by the whole suite: the build (checked once), the op
+library (loaded once), and one AOTI package compiled once through the real CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from identity_conv.cli.export_compile import app as export_compile_app
+from identity_conv.ops import load_op_library
+from identity_conv.tensor_io import save_tensors
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# Not square and batch > 1, so a transposed or truncated read cannot pass.
+PACKAGE_SHAPE = (2, 3, 8, 12)
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@dataclass(frozen=True)
+class Build:
+    dir: Path
+    op_library: Path
+    runner: Path
+
+
+@dataclass(frozen=True)
+class CompiledPackage:
+    path: Path
+    cli_exit_code: int
+    cli_output: str
+    input_file: Path
+    inputs: list[torch.Tensor]
+
+
+@pytest.fixture(scope="session")
+def build() -> Build:
+    """The CMake build, brought up to date once per session (a no-op after setup.sh)."""
+    build_dir = Path(os.environ.get("IDENTITY_CONV_BUILD_DIR", REPO_ROOT / "build"))
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    if not (build_dir / "build.ninja").exists():
+        subprocess.run(
+            ["cmake", "-S", REPO_ROOT, "-B", build_dir, "-G", "Ninja",
+             "-DCMAKE_BUILD_TYPE=Release", f"-DPython3_EXECUTABLE={sys.executable}"],
+            check=True, env=env,
+        )
+    subprocess.run(["cmake", "--build", build_dir], check=True, env=env, capture_output=True)
+    result = Build(build_dir, build_dir / "libidentity_conv_ops.so", build_dir / "aoti_runner")
+    assert result.op_library.is_file() and result.runner.is_file()
+    return result
+
+
+@pytest.fixture(scope="session")
+def op_library(build: Build) -> Path:
+    return load_op_library(build.op_library)
+
+
+@pytest.fixture(scope="session")
+def compiled_package(tmp_path_factory: pytest.TempPathFactory, op_library: Path) -> CompiledPackage:
+    """The one AOTI compile of the suite, made by the export_compile CLI itself."""
+    out_dir = tmp_path_factory.mktemp("package")
+    package = out_dir / "model.pt2"
+    batch, channels, height, width = PACKAGE_SHAPE
+    result = CliRunner().invoke(
+        export_compile_app,
+        ["--batch", str(batch), "--channels", str(channels), "--height", str(height),
+         "--width", str(width), "--output", str(package), "--op-lib", str(op_library)],
+    )
+    generator = torch.Generator().manual_seed(7)
+    inputs = [torch.randn(PACKAGE_SHAPE, generator=generator)]
+    input_file = save_tensors(out_dir / "input.pt", inputs)
+    return CompiledPackage(package, result.exit_code, result.output, input_file, inputs)
+
+
+def run_cmd(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    """Run a command with text output captured; never raises on a non-zero exit."""
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300, **kwargs)

@@ -1,0 +1,120 @@
+"""The CLIs through typer's CliRunner: the happy paths, and wrong option values
+that give clear errors and exit 2."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from identity_conv.cli.compare_tensors import app as compare_app
+from identity_conv.cli.export_compile import app as export_compile_app
+from identity_conv.cli.run_inference import app as run_inference_app
+from identity_conv.tensor_io import load_tensors, save_tensors
+
+runner = CliRunner()
+
+
+def test_export_compile_happy_path(compiled_package):
+    output = compiled_package.cli_output
+    assert compiled_package.cli_exit_code == 0, output
+    assert compiled_package.path.is_file()
+    # The graph is shown and holds both custom layers.
+    assert "call_torchbind" in output and "my_ops.identity_conv_op" in output
+    # The summary table: stage timings, package path and size, the bitwise verdict.
+    for stage in ("load op library", "build model", "export", "compile", "verify"):
+        assert f"stage: {stage}" in output
+    assert "package size" in output and "MB" in output
+    assert "eager vs package (bitwise)" in output and "identical" in output
+    assert "verify eager vs package: PASSED" in output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--dtype", "int8"], "Invalid value for '--dtype'"),
+        (["--channels", "0"], "Invalid value for '--channels'"),
+        (["--device", "tpu"], "Invalid value for '--device'"),
+        (["--batch", "two"], "Invalid value for '--batch'"),
+    ],
+)
+def test_export_compile_rejects_wrong_option_values(args, message):
+    result = runner.invoke(export_compile_app, args)
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_export_compile_cuda_without_a_gpu_is_a_clear_error(tmp_path):
+    result = runner.invoke(export_compile_app, ["--device", "cuda", "--output", str(tmp_path / "m.pt2")])
+    assert result.exit_code == 2
+    assert "--device cuda was requested, but torch.cuda.is_available() is false" in result.output
+    assert not (tmp_path / "m.pt2").exists()
+
+
+def test_export_compile_missing_op_library_is_a_clear_error(tmp_path):
+    result = runner.invoke(export_compile_app, ["--op-lib", str(tmp_path / "none.so"),
+                                                "--output", str(tmp_path / "m.pt2")])
+    assert result.exit_code == 2
+    assert f"could not find the op library" in result.output and str(tmp_path / "none.so") in result.output
+
+
+def test_run_inference_happy_path(compiled_package, op_library, tmp_path):
+    out = tmp_path / "out.pt"
+    result = runner.invoke(run_inference_app, [str(compiled_package.path), str(op_library),
+                                               "--inputs", str(compiled_package.input_file),
+                                               "--outputs", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "verify: output[0] vs input[0] (bitwise): identical" in result.output
+    assert result.output.strip().endswith("PASSED")
+    (y,) = load_tensors(out)
+    assert torch.equal(y.view(torch.int32), compiled_package.inputs[0].view(torch.int32))
+
+
+def test_run_inference_random_input_uses_the_package_shape(compiled_package, op_library):
+    result = runner.invoke(run_inference_app, [str(compiled_package.path), str(op_library), "--seed", "5"])
+    assert result.exit_code == 0, result.output
+    assert "input: random (seed 5)" in result.output and "PASSED" in result.output
+
+
+def test_run_inference_mismatch_exits_1(compiled_package, op_library, tmp_path):
+    x = torch.randn(2, 3, 8, 12)
+    x[1, 2, 7, 11] = -0.0
+    inputs = save_tensors(tmp_path / "in.pt", [x])
+    result = runner.invoke(run_inference_app, [str(compiled_package.path), str(op_library), "--inputs", str(inputs)])
+    assert result.exit_code == 1
+    assert "first at [1, 2, 7, 11]: got 0 (0x00000000), expected -0 (0x80000000)" in result.output
+    assert "FAILED" in result.output
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (lambda: [torch.randn(2, 3, 8, 13)], "input[0]: dim 3 expected 12, got 13"),
+        (lambda: [torch.randn(2, 3, 8, 12).double()], "expected dtype float32, got float64"),
+        (lambda: [torch.randn(2, 3, 8, 12), "x"], "element 1 is of type str, expected a tensor"),
+    ],
+)
+def test_run_inference_bad_inputs_exit_2_and_write_nothing(compiled_package, op_library, tmp_path, content, message):
+    inputs = tmp_path / "in.pt"
+    torch.save(content(), inputs)
+    result = runner.invoke(run_inference_app, [str(compiled_package.path), str(op_library), "--inputs", str(inputs),
+                                               "--outputs", str(tmp_path / "out.pt")])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not (tmp_path / "out.pt").exists()
+
+
+def test_run_inference_missing_package(tmp_path):
+    result = runner.invoke(run_inference_app, [str(tmp_path / "absent.pt2")])
+    assert result.exit_code == 2
+    assert "package not found" in result.output
+
+
+def test_compare_tensors(tmp_path):
+    a = save_tensors(tmp_path / "a.pt", [torch.tensor([0.0, 1.0])])
+    b = save_tensors(tmp_path / "b.pt", [torch.tensor([-0.0, 1.0])])
+    same = runner.invoke(compare_app, [str(a), str(a)])
+    assert same.exit_code == 0 and "identical" in same.output
+    differ = runner.invoke(compare_app, [str(a), str(b)])
+    assert differ.exit_code == 1 and "1 of 2 elements differ" in differ.output

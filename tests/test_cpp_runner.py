@@ -1,0 +1,169 @@
+"""The C++ runner build/aoti_runner, driven as a subprocess: same bits as the
+Python runtime, and a clear message with exit 2 for every usage or load error."""
+
+from __future__ import annotations
+
+import zipfile
+
+import pytest
+import torch
+
+from conftest import run_cmd
+from identity_conv.tensor_io import load_tensors, save_tensors
+from identity_conv.verify import compare_bits
+
+
+@pytest.fixture(scope="module")
+def python_output(compiled_package, tmp_path_factory):
+    from identity_conv.package import read_package_spec
+    from identity_conv.runtime import load_package
+
+    package = load_package(compiled_package.path, read_package_spec(compiled_package.path))
+    return package.run(load_tensors(compiled_package.input_file))
+
+
+def test_runner_output_file_is_bit_identical_to_python_runtime(build, compiled_package, python_output, tmp_path):
+    out = tmp_path / "cpp_out.pt"
+    result = run_cmd(build.runner, compiled_package.path, build.op_library,
+                     "--inputs", compiled_package.input_file, "--outputs", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "verify: output[0] vs input[0] (bitwise): identical" in result.stdout
+    assert result.stdout.strip().endswith("PASSED")
+    cpp_output = load_tensors(out)
+    assert len(cpp_output) == 1
+    assert compare_bits(cpp_output[0], python_output[0]).identical
+    assert compare_bits(cpp_output[0], compiled_package.inputs[0]).identical
+
+
+def test_runner_with_random_input_passes(build, compiled_package):
+    result = run_cmd(build.runner, compiled_package.path, build.op_library, "--seed", "3")
+    assert result.returncode == 0, result.stderr
+    assert "input: random (seed 3)" in result.stdout and "PASSED" in result.stdout
+
+
+def test_runner_accepts_a_non_contiguous_input(build, compiled_package, tmp_path):
+    x = torch.randn(2, 3, 12, 8).transpose(2, 3)
+    inputs = save_tensors(tmp_path / "in.pt", [x])
+    result = run_cmd(build.runner, compiled_package.path, build.op_library, "--inputs", inputs,
+                     "--outputs", tmp_path / "out.pt")
+    assert result.returncode == 0, result.stderr
+    assert compare_bits(load_tensors(tmp_path / "out.pt")[0], x.contiguous()).identical
+
+
+def test_mismatch_exits_1_with_a_bit_report(build, compiled_package, tmp_path):
+    # A package is an identity; a -0.0 input meets the native conv, which yields +0.0.
+    x = torch.randn(2, 3, 8, 12)
+    x[0, 1, 2, 3] = -0.0
+    inputs = save_tensors(tmp_path / "in.pt", [x])
+    result = run_cmd(build.runner, compiled_package.path, build.op_library, "--inputs", inputs)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "1 of 576 elements differ; first at [0, 1, 2, 3]: got 0 (0x00000000), expected -0 (0x80000000)" in result.stdout
+    assert result.stdout.strip().endswith("FAILED")
+
+
+def _write(path, content: bytes):
+    path.write_bytes(content)
+    return path
+
+
+def _zip_without_package(path):
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("hello.txt", "not an AOTI package")
+    return path
+
+
+def _truncated(path, compiled_package):
+    data = compiled_package.path.read_bytes()
+    return _write(path, data[: len(data) // 2])
+
+
+@pytest.mark.parametrize(
+    "make_package, message",
+    [
+        (lambda p, c: p / "absent.pt2", "package not found"),
+        (lambda p, c: _write(p / "empty.pt2", b""), "package is empty"),
+        (lambda p, c: _write(p / "text.pt2", b"hello"), "not a zip archive"),
+        (lambda p, c: _zip_without_package(p / "other.zip"), "could not read the AOTI package"),
+        (lambda p, c: _truncated(p / "half.pt2", c), "could not read the AOTI package"),
+    ],
+    ids=["missing", "empty", "not-zip", "zip-not-package", "truncated"],
+)
+def test_bad_packages_exit_2(build, compiled_package, tmp_path, make_package, message):
+    package = make_package(tmp_path, compiled_package)
+    result = run_cmd(build.runner, package, build.op_library, "--outputs", tmp_path / "out.pt")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr
+    assert "terminate called" not in result.stderr
+    assert not (tmp_path / "out.pt").exists()
+
+
+def test_without_op_library_names_the_missing_op_and_class(build, compiled_package):
+    result = run_cmd(build.runner, compiled_package.path)
+    assert result.returncode == 2
+    assert "op my_ops::identity_conv_op and class my_ops::IdentityConvClass" in result.stderr
+    assert "libidentity_conv_ops.so" in result.stderr
+
+
+def test_wrong_op_library_path(build, compiled_package, tmp_path):
+    result = run_cmd(build.runner, compiled_package.path, tmp_path / "missing.so")
+    assert result.returncode == 2
+    assert f"op library not found: {tmp_path / 'missing.so'}" in result.stderr
+
+
+def test_a_library_that_is_not_the_op_library(build, compiled_package):
+    other = torch.__file__.replace("__init__.py", "lib/libtorch_global_deps.so")
+    result = run_cmd(build.runner, compiled_package.path, other)
+    assert result.returncode == 2
+    assert "which no loaded library registers" in result.stderr
+
+
+def test_a_file_that_is_not_a_shared_library(build, compiled_package, tmp_path):
+    fake = _write(tmp_path / "libfake.so", b"not an ELF file")
+    result = run_cmd(build.runner, compiled_package.path, fake)
+    assert result.returncode == 2
+    assert f"could not load op library {fake}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (lambda: [torch.randn(2, 3, 4, 12)], r"input[0]: dim 2 expected 8, got 4"),
+        (lambda: [torch.randn(2, 3, 8)], "input[0]: expected rank 4 [2, 3, 8, 12], got rank 3"),
+        (lambda: [torch.randn(2, 3, 8, 12, dtype=torch.float64)], "expected dtype float32, got float64"),
+        (lambda: [torch.randn(2, 3, 8, 12)] * 2, "the package expects 1, got 2"),
+        (lambda: {"x": torch.randn(2, 3, 8, 12)}, "expected a list of tensors"),
+        (lambda: [torch.randn(2, 3, 8, 12), 3], "element 1 is of type Int, expected a tensor"),
+    ],
+    ids=["wrong-dim", "wrong-rank", "wrong-dtype", "two-inputs", "dict", "not-a-tensor"],
+)
+def test_bad_input_files_exit_2_and_write_nothing(build, compiled_package, tmp_path, content, message):
+    inputs = tmp_path / "in.pt"
+    torch.save(content(), inputs)
+    result = run_cmd(build.runner, compiled_package.path, build.op_library, "--inputs", inputs,
+                     "--outputs", tmp_path / "out.pt")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr
+    assert not (tmp_path / "out.pt").exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "missing the package path"),
+        (["--bogus"], "unknown option --bogus"),
+        (["PKG", "--inputs"], "option --inputs needs a value"),
+        (["PKG", "--seed", "x"], "--seed expects a non-negative integer"),
+    ],
+)
+def test_usage_errors(build, compiled_package, args, message):
+    args = [compiled_package.path if a == "PKG" else a for a in args]
+    result = run_cmd(build.runner, *args)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_help(build):
+    result = run_cmd(build.runner, "--help")
+    assert result.returncode == 0
+    assert "Usage: aoti_runner <model.pt2> [OP_LIBRARY.so ...]" in result.stdout
+    assert "Exit codes" in result.stdout

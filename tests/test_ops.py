@@ -1,0 +1,132 @@
+"""The op my_ops::identity_conv_op: registration (opcheck), bit-exact copies for
+every float dtype and special value, and clear errors for unsupported inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from identity_conv.ops import identity_conv
+from conftest import requires_cuda
+
+FLOAT_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+INT_TWIN = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
+            torch.float64: torch.int64}
+DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]
+
+# Special bit patterns per width: quiet NaN with payload, signalling NaN with payload,
+# negative NaN, +0, -0, +inf, -inf, smallest and largest subnormal, 1.0, -max finite.
+SPECIAL_BITS = {
+    torch.float16: [0x7E01, 0x7C01, 0xFE3F, 0x0000, 0x8000, 0x7C00, 0xFC00, 0x0001, 0x03FF, 0x3C00, 0xFBFF],
+    torch.bfloat16: [0x7FC1, 0x7F81, 0xFFC5, 0x0000, 0x8000, 0x7F80, 0xFF80, 0x0001, 0x007F, 0x3F80, 0xFF7F],
+    torch.float32: [0x7FC00001, 0x7F800001, 0xFFC12345, 0x0, 0x80000000, 0x7F800000, 0xFF800000,
+                    0x00000001, 0x007FFFFF, 0x3F800000, 0xFF7FFFFF],
+    torch.float64: [0x7FF8000000000001, 0x7FF0000000000001, 0xFFF8000000012345, 0x0, 0x8000000000000000,
+                    0x7FF0000000000000, 0xFFF0000000000000, 0x1, 0x000FFFFFFFFFFFFF, 0x3FF0000000000000,
+                    0xFFEFFFFFFFFFFFFF],
+}
+
+
+def special_values(dtype: torch.dtype, device: str) -> torch.Tensor:
+    """The special bit patterns plus random bits, as a [4, 3, 5, 7] tensor of dtype."""
+    width = torch.finfo(dtype).bits
+    patterns = [b - (1 << width) if b >= 1 << (width - 1) else b for b in SPECIAL_BITS[dtype]]
+    special = torch.tensor(patterns, dtype=INT_TWIN[dtype])
+    generator = torch.Generator().manual_seed(0)
+    low, high = torch.iinfo(INT_TWIN[dtype]).min, torch.iinfo(INT_TWIN[dtype]).max
+    bits = torch.randint(low, high, (4 * 3 * 5 * 7,), generator=generator, dtype=INT_TWIN[dtype])
+    bits[: special.numel()] = special
+    return bits.view(dtype).reshape(4, 3, 5, 7).to(device)
+
+
+def assert_same_bits(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    twin = INT_TWIN[expected.dtype]
+    assert torch.equal(actual.cpu().contiguous().view(twin), expected.cpu().contiguous().view(twin))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_special_values_keep_their_bits(op_library, dtype, device):
+    x = special_values(dtype, device)
+    assert_same_bits(identity_conv(x), x)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize(
+    "make_view",
+    [
+        pytest.param(lambda t: t.transpose(1, 3), id="transposed"),
+        pytest.param(lambda t: t[:, :, ::2, 1::3], id="sliced-with-offset"),
+        pytest.param(lambda t: t.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2), id="channels-last"),
+        pytest.param(lambda t: t[:1].expand(3, -1, -1, -1), id="expanded-zero-stride"),
+    ],
+)
+def test_any_strides_give_an_exact_contiguous_copy(op_library, dtype, device, make_view):
+    x = make_view(special_values(dtype, device))
+    assert not x.is_contiguous()
+    y = identity_conv(x)
+    assert y.is_contiguous()
+    assert_same_bits(y, x)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", [(0,), (2, 0, 4), (0, 3, 8, 8)])
+def test_zero_element_tensors(op_library, device, shape):
+    x = torch.empty(shape, device=device)
+    y = identity_conv(x)
+    assert y.shape == x.shape and y.dtype == x.dtype and y.device == x.device
+
+
+def test_large_tensor_is_copied_exactly_in_parallel(op_library):
+    # Above the 1 MB grain, so the parallel memcpy path really splits the work.
+    x = torch.randn(3, 1024, 1024)
+    assert_same_bits(identity_conv(x), x)
+
+
+def test_output_does_not_alias_input(op_library):
+    x = torch.randn(4, 4)
+    y = identity_conv(x)
+    assert y.data_ptr() != x.data_ptr()
+    x.zero_()
+    assert not torch.equal(y, x)
+
+
+@pytest.mark.parametrize(
+    "dtype, name",
+    [(torch.int32, "Int"), (torch.int64, "Long"), (torch.uint8, "Byte"), (torch.bool, "Bool"),
+     (torch.complex64, "ComplexFloat")],
+)
+def test_unsupported_dtypes_get_a_message_naming_the_dtype(op_library, dtype, name):
+    with pytest.raises(RuntimeError, match=rf"expected a floating-point tensor .* got {name}\b"):
+        identity_conv(torch.zeros(2, 3, dtype=dtype))
+
+
+def test_sparse_input_is_rejected_clearly(op_library):
+    with pytest.raises(RuntimeError, match="expected a dense"):
+        identity_conv(torch.eye(3).to_sparse())
+
+
+def opcheck_samples(device: str) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(3)
+    base = torch.randn(2, 3, 6, 5, generator=generator)
+    samples = [base, base.transpose(2, 3), base[:, :, ::2], torch.empty(0, 3, 4, 4), torch.randn(7)]
+    samples += [base.to(dtype) for dtype in FLOAT_DTYPES]
+    return [s.to(device) for s in samples]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(op_library, device):
+    for sample in opcheck_samples(device):
+        torch.library.opcheck(torch.ops.my_ops.identity_conv_op.default, (sample,))
+
+
+@requires_cuda
+def test_cuda_kernel_runs_on_the_current_stream(op_library):
+    x = special_values(torch.float32, "cuda")
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        y = identity_conv(x)
+    stream.synchronize()
+    assert_same_bits(y, x)
