@@ -38,7 +38,7 @@ inline void check_identity_conv_input(const at::Tensor& x, const char* where) {
       dtype, ". Cast the input with .to(torch.float32) or another supported dtype.");
 }
 
-// Kernel for sparse dispatch keys: without it the dispatcher's generic "could not
+// Kernel for the sparse (COO and CSR-family) dispatch keys: without it the dispatcher's generic "could not
 // run ... with arguments from the SparseCPU backend" is all the user would see.
 inline at::Tensor reject_sparse_input(const at::Tensor& x) {
   check_identity_conv_input(x, "my_ops::identity_conv_op");

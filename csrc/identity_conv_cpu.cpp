@@ -45,3 +45,7 @@ TORCH_LIBRARY_IMPL(my_ops, CPU, m) {
 TORCH_LIBRARY_IMPL(my_ops, SparseCPU, m) {
   m.impl("identity_conv_op", &identity_conv::reject_sparse_input);
 }
+
+TORCH_LIBRARY_IMPL(my_ops, SparseCsrCPU, m) {
+  m.impl("identity_conv_op", &identity_conv::reject_sparse_input);
+}

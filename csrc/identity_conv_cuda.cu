@@ -77,3 +77,7 @@ TORCH_LIBRARY_IMPL(my_ops, CUDA, m) {
 TORCH_LIBRARY_IMPL(my_ops, SparseCUDA, m) {
   m.impl("identity_conv_op", &identity_conv::reject_sparse_input);
 }
+
+TORCH_LIBRARY_IMPL(my_ops, SparseCsrCUDA, m) {
+  m.impl("identity_conv_op", &identity_conv::reject_sparse_input);
+}
