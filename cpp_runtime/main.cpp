@@ -3,6 +3,7 @@
 // work is in runner.cpp.
 #include <c10/util/Exception.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <exception>
 #include <iostream>
@@ -69,6 +70,10 @@ Options parse_args(int argc, char** argv) {
       const auto value = take_value(argc, argv, i);
       try {
         size_t used = 0;
+        // stoull accepts "-1" and wraps it; a seed must be written without a sign.
+        if (value.empty() || !std::isdigit(static_cast<unsigned char>(value[0]))) {
+          throw std::invalid_argument(value);
+        }
         options.seed = std::stoull(value, &used);
         if (used != value.size()) {
           throw std::invalid_argument(value);
@@ -108,7 +113,7 @@ int run(const Options& options) {
     inputs = make_random_inputs(spec, options.seed);
     std::cout << "input: random (seed " << options.seed << ")\n";
   } else {
-    inputs = load_tensors(options.inputs);
+    inputs = to_package_device(load_tensors(options.inputs), spec);
     std::cout << "input: " << options.inputs << "\n";
   }
   const auto ready = validate_inputs(inputs, spec);
@@ -163,6 +168,9 @@ int main(int argc, char** argv) {
     return aoti_runner::kExitUsage;
   } catch (const std::exception& e) {
     std::cerr << "aoti_runner: error: " << e.what() << "\n";
+    return aoti_runner::kExitUsage;
+  } catch (...) {
+    std::cerr << "aoti_runner: error: unknown exception (not derived from std::exception)\n";
     return aoti_runner::kExitUsage;
   }
 }

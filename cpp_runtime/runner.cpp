@@ -192,8 +192,10 @@ void load_op_libraries(const std::vector<std::string>& paths) {
                         "\nBuild it with ./scripts/setup.sh (it writes " + kDefaultLibrary +
                         ") and pass its path after the package.");
     }
-    // RTLD_GLOBAL: the package's kernels resolve the library's symbols at load time.
-    if (dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    // An absolute path: dlopen of a bare name would search the library path instead of
+    // the file checked above. RTLD_GLOBAL: the package resolves the library's symbols.
+    const auto absolute = std::filesystem::absolute(path).string();
+    if (dlopen(absolute.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
       const char* error = dlerror();
       throw RunnerError("could not load op library " + path + ": " +
                         (error ? error : "unknown dlopen error") +
@@ -361,6 +363,15 @@ void save_tensors(const std::string& path, const std::vector<at::Tensor>& tensor
   if (!file) {
     throw RunnerError("could not write outputs to " + path);
   }
+}
+
+std::vector<at::Tensor> to_package_device(const std::vector<at::Tensor>& tensors,
+                                          const PackageSpec& spec) {
+  std::vector<at::Tensor> moved;
+  for (const auto& t : tensors) {
+    moved.push_back(spec.device == "cpu" ? t : t.to(at::Device(spec.device)));
+  }
+  return moved;
 }
 
 std::vector<at::Tensor> make_random_inputs(const PackageSpec& spec, uint64_t seed) {

@@ -75,6 +75,10 @@ void check_device(const PackageSpec& spec);
 std::vector<at::Tensor> load_tensors(const std::string& path);
 void save_tensors(const std::string& path, const std::vector<at::Tensor>& tensors);
 
+// Tensor files hold CPU tensors; this moves them to the package's device.
+std::vector<at::Tensor> to_package_device(const std::vector<at::Tensor>& tensors,
+                                          const PackageSpec& spec);
+
 // Seeded random inputs matching the spec (dynamic dims take their minimum).
 std::vector<at::Tensor> make_random_inputs(const PackageSpec& spec, uint64_t seed);
 
