@@ -59,6 +59,8 @@ def load_op_library(path: str | os.PathLike[str] | None = None) -> Path:
             file was already loaded in this process.
     """
     global _loaded_path
+    if _loaded_path is not None and path is None:
+        return _loaded_path
     candidates = library_candidates(path)
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:
@@ -69,12 +71,19 @@ def load_op_library(path: str | os.PathLike[str] | None = None) -> Path:
             f"(--op-lib PATH, or set {LIBRARY_ENV_VAR})."
         )
     if _loaded_path is not None:
-        if path is not None and found.resolve() != _loaded_path:
+        if found.resolve() != _loaded_path:
             raise OpLibraryError(
                 f"the op library is already loaded from {_loaded_path}; "
                 f"cannot load a second copy from {found.resolve()} in the same process"
             )
         return _loaded_path
+    if _has_schema(OP_NAME) and str(found.resolve()) not in _loaded_library_paths():
+        # A second copy would register my_ops again, and torch aborts the process then.
+        raise OpLibraryError(
+            f"{OP_NAME} is already registered in this process by another library "
+            f"({', '.join(_loaded_library_paths()) or 'not loaded through torch.ops'}); "
+            f"cannot also load {found}. Load one copy only."
+        )
     try:
         torch.ops.load_library(str(found))
     except OSError as error:
@@ -90,6 +99,10 @@ def load_op_library(path: str | os.PathLike[str] | None = None) -> Path:
     _register_fakes()
     _loaded_path = found.resolve()
     return _loaded_path
+
+
+def _loaded_library_paths() -> list[str]:
+    return sorted(str(Path(p).resolve()) for p in torch.ops.loaded_libraries)
 
 
 def _has_schema(qualname: str) -> bool:
@@ -151,6 +164,13 @@ class FakeIdentityConvClass:
         return self.channels
 
 
+_fakes_registered = False
+
+
 def _register_fakes() -> None:
+    global _fakes_registered
+    if _fakes_registered:
+        return
     torch.library.register_fake(OP_NAME)(_fake_identity_conv)
     torch._library.register_fake_class(CLASS_NAME)(FakeIdentityConvClass)
+    _fakes_registered = True

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from .errors import InputError, PackageError
-from .package import PackageSpec, dtype_name, DTYPES
+from .package import DTYPES, PackageSpec, dtype_name
 
 
 def check_required_symbols(spec: PackageSpec) -> None:
@@ -40,6 +40,11 @@ def check_device(spec: PackageSpec) -> None:
             f"the package was compiled for {spec.device}, but this process has no usable "
             "CUDA device. Run it on a CUDA machine, or re-export with --device cpu."
         )
+
+
+def to_package_device(tensors: list[torch.Tensor], spec: PackageSpec) -> list[torch.Tensor]:
+    """Tensor files hold CPU tensors; move them to the package's device."""
+    return [tensor.to(spec.device) for tensor in tensors]
 
 
 def make_random_inputs(spec: PackageSpec, seed: int) -> list[torch.Tensor]:
@@ -107,7 +112,11 @@ class LoadedPackage:
     def run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         """Validate then run. Returns the outputs as a list."""
         ready = validate_inputs(inputs, self.spec)
-        outputs = self._compiled(*ready)
+        try:
+            outputs = self._compiled(*ready)
+        except RuntimeError as error:
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise PackageError(f"running the AOTI package {self.path} failed: {first_line}") from error
         if isinstance(outputs, torch.Tensor):
             return [outputs]
         return list(outputs)

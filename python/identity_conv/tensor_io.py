@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import InputError
+from .errors import IdentityConvError, InputError
 
 _HINT = "Write it with torch.save([tensor, ...], path) or with a runner's --outputs."
 
@@ -17,8 +17,11 @@ _HINT = "Write it with torch.save([tensor, ...], path) or with a runner's --outp
 def save_tensors(path: str | Path, tensors: list[torch.Tensor]) -> Path:
     """Write ``tensors`` (moved to the CPU) to ``path``; parent folders are created."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save([t.detach().cpu() for t in tensors], path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save([t.detach().cpu() for t in tensors], path)
+    except (OSError, RuntimeError) as error:
+        raise IdentityConvError(f"could not write tensors to {path}: {error}") from error
     return path
 
 

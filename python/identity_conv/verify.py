@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import VerificationError
+from .errors import InputError, VerificationError
 
 _INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -71,6 +71,11 @@ def compare_bits(actual: torch.Tensor, expected: torch.Tensor) -> BitReport:
     if actual.shape != expected.shape:
         return BitReport(
             False, numel, numel, reason=f"shape differs: got {list(actual.shape)}, expected {list(expected.shape)}"
+        )
+    if actual.element_size() not in _INT_OF_WIDTH:
+        raise InputError(
+            f"cannot compare bits of {actual.dtype}: elements of {actual.element_size()} bytes "
+            f"have no integer twin (supported widths: 1, 2, 4, 8 bytes)"
         )
     actual_bits, expected_bits = bit_view(actual), bit_view(expected)
     differ = actual_bits != expected_bits

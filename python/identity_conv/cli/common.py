@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from ..errors import IdentityConvError
+from ..errors import EXIT_USAGE, IdentityConvError
 
 # Markup is off: messages carry paths and shapes such as "[tensor, ...]" that rich
 # would otherwise take for style tags. Styles are passed explicitly instead. Lines
@@ -18,10 +18,16 @@ console = Console(highlight=False, markup=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
 
 
-def exit_with(error: IdentityConvError) -> NoReturn:
-    """Print ``error`` on stderr and exit with its code."""
-    err_console.print(Text.assemble(("error: ", "bold red"), str(error)), soft_wrap=True)
-    raise typer.Exit(error.exit_code)
+def exit_with(error: Exception) -> NoReturn:
+    """Print ``error`` on stderr and exit with its code: a toolkit error's own code,
+    2 for anything unexpected (never 1, which means "bits differ")."""
+    if isinstance(error, IdentityConvError):
+        err_console.print(Text.assemble(("error: ", "bold red"), str(error)), soft_wrap=True)
+        raise typer.Exit(error.exit_code)
+    err_console.print(
+        Text.assemble(("error: ", "bold red"), f"unexpected {type(error).__name__}: {error}"), soft_wrap=True
+    )
+    raise typer.Exit(EXIT_USAGE)
 
 
 def verdict(passed: bool) -> Text:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ..errors import EXIT_MISMATCH, IdentityConvError
+from ..errors import EXIT_MISMATCH
 from ..tensor_io import load_tensors
 from ..verify import compare_tensor_lists
 from .common import console, exit_with, verdict
@@ -28,7 +28,7 @@ def compare_tensors(
 ) -> None:
     try:
         reports = compare_tensor_lists(load_tensors(actual), load_tensors(expected))
-    except IdentityConvError as error:
+    except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)
     for i, report in enumerate(reports):
         console.print(f"tensor[{i}] (bitwise): {report}")

@@ -104,7 +104,7 @@ def export_compile(
 
             result = export_and_compile(config, on_stage=on_stage)
             progress.update(task, completed=len(STAGES), description="done")
-    except IdentityConvError as error:
+    except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)
 
     if show_graph:

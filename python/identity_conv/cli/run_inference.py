@@ -8,10 +8,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import EXIT_MISMATCH, IdentityConvError
+from ..errors import EXIT_MISMATCH
 from ..ops import load_op_library
 from ..package import read_package_spec
-from ..runtime import load_package, make_random_inputs
+from ..runtime import load_package, make_random_inputs, to_package_device
 from ..tensor_io import load_tensors, save_tensors
 from ..verify import compare_bits
 from .common import console, exit_with, verdict
@@ -50,15 +50,15 @@ def run_inference(
             tensors = make_random_inputs(spec, seed)
             console.print(f"input: random (seed {seed})")
         else:
-            tensors = load_tensors(inputs)
+            tensors = to_package_device(load_tensors(inputs), spec)
             console.print(f"input: {inputs}")
         results = package.run(tensors)
-    except IdentityConvError as error:
+        console.print(f"ran {model_path}: {len(results)} output(s)")
+        if outputs is not None:
+            save_tensors(outputs, results)
+            console.print(f"wrote outputs to {outputs}")
+    except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)
-    console.print(f"ran {model_path}: {len(results)} output(s)")
-    if outputs is not None:
-        save_tensors(outputs, results)
-        console.print(f"wrote outputs to {outputs}")
 
     if not spec.is_identity:
         console.print("verify: skipped (the package does not declare an identity model)\nDONE")
