@@ -78,6 +78,8 @@ def compiled_package(tmp_path_factory: pytest.TempPathFactory, op_library: Path)
     generator = torch.Generator().manual_seed(7)
     inputs = [torch.randn(PACKAGE_SHAPE, generator=generator)]
     input_file = save_tensors(out_dir / "input.pt", inputs)
+    # Fail here, once and clearly, rather than in every test that uses the package.
+    assert result.exit_code == 0, result.output
     return CompiledPackage(package, result.exit_code, result.output, input_file, inputs)
 
 

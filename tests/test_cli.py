@@ -105,6 +105,15 @@ def test_run_inference_bad_inputs_exit_2_and_write_nothing(compiled_package, op_
     assert not (tmp_path / "out.pt").exists()
 
 
+def test_run_inference_unwritable_outputs_exit_2(compiled_package, op_library, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    result = runner.invoke(run_inference_app, [str(compiled_package.path), str(op_library),
+                                               "--outputs", str(blocker / "out.pt")])
+    assert result.exit_code == 2
+    assert f"could not write tensors to {blocker / 'out.pt'}" in result.output
+
+
 def test_run_inference_missing_package(tmp_path):
     result = runner.invoke(run_inference_app, [str(tmp_path / "absent.pt2")])
     assert result.exit_code == 2
@@ -118,3 +127,10 @@ def test_compare_tensors(tmp_path):
     assert same.exit_code == 0 and "identical" in same.output
     differ = runner.invoke(compare_app, [str(a), str(b)])
     assert differ.exit_code == 1 and "1 of 2 elements differ" in differ.output
+
+
+def test_compare_tensors_unsupported_dtype_exits_2(tmp_path):
+    c = save_tensors(tmp_path / "c.pt", [torch.zeros(2, dtype=torch.complex128)])
+    result = runner.invoke(compare_app, [str(c), str(c)])
+    assert result.exit_code == 2
+    assert "cannot compare bits of torch.complex128" in result.output

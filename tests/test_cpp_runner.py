@@ -153,6 +153,7 @@ def test_bad_input_files_exit_2_and_write_nothing(build, compiled_package, tmp_p
         (["--bogus"], "unknown option --bogus"),
         (["PKG", "--inputs"], "option --inputs needs a value"),
         (["PKG", "--seed", "x"], "--seed expects a non-negative integer"),
+        (["PKG", "--seed", "-1"], "--seed expects a non-negative integer"),
     ],
 )
 def test_usage_errors(build, compiled_package, args, message):

@@ -103,9 +103,10 @@ def test_unsupported_dtypes_get_a_message_naming_the_dtype(op_library, dtype, na
         identity_conv(torch.zeros(2, 3, dtype=dtype))
 
 
-def test_sparse_input_is_rejected_clearly(op_library):
-    with pytest.raises(RuntimeError, match="expected a dense"):
-        identity_conv(torch.eye(3).to_sparse())
+@pytest.mark.parametrize("to_sparse", [torch.Tensor.to_sparse, torch.Tensor.to_sparse_csr], ids=["coo", "csr"])
+def test_sparse_input_is_rejected_clearly(op_library, to_sparse):
+    with pytest.raises(RuntimeError, match="expected a dense .strided. tensor, got layout Sparse"):
+        identity_conv(to_sparse(torch.eye(3)))
 
 
 def opcheck_samples(device: str) -> list[torch.Tensor]:
@@ -124,9 +125,23 @@ def test_opcheck(op_library, device):
 
 @requires_cuda
 def test_cuda_kernel_runs_on_the_current_stream(op_library):
-    x = special_values(torch.float32, "cuda")
+    expected = special_values(torch.float32, "cuda")
+    torch.cuda.synchronize()
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
-        y = identity_conv(x)
+        # The source is written late on the side stream: a kernel launched on any
+        # other stream would copy the zeros, not these bits.
+        source = torch.zeros_like(expected)
+        torch.cuda._sleep(50_000_000)
+        source.copy_(expected)
+        y = identity_conv(source)
     stream.synchronize()
-    assert_same_bits(y, x)
+    assert_same_bits(y, expected)
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_cuda_grid_stride_loop_covers_large_tensors(op_library, dtype):
+    # More elements than one pass of the capped grid (SMs * 8 blocks * 256 threads).
+    x = torch.randn(17_000_000, device="cuda").to(dtype)
+    assert_same_bits(identity_conv(x), x)
