@@ -1,6 +1,7 @@
 """The export_compile job as one function: load ops, build the IdentityModel,
-export, compile, then verify the package against eager bit-for-bit. Stages report
-progress through an optional callback and never print."""
+export (static or with dynamic dims), compile, then verify the package against
+eager bit-for-bit. Stages report progress through an optional callback and never
+print."""
 
 from __future__ import annotations
 
@@ -14,14 +15,18 @@ import torch
 
 from .compile import compile_package
 from .errors import ExportError, InputError
-from .export import GraphCalls, export_model, graph_calls
+from .export import GraphCalls, export_model, graph_calls, input_specs
 from .model import IdentityModel
 from .ops import LIBRARY_NAME, load_op_library
-from .package import DTYPES, PackageSpec, TensorSpec, read_package_spec
+from .package import DTYPES, PackageSpec, read_package_spec
 from .runtime import load_package
 from .verify import BitReport, compare_bits
 
 STAGES = ("load op library", "build model", "export", "compile", "verify")
+
+# Input dims of the IdentityModel that may be dynamic, and their position in NCHW.
+DYNAMIC_DIMS = {"batch": 0, "height": 2, "width": 3}
+DEFAULT_RANGES = {"batch": (1, 64), "height": (1, 1024), "width": (1, 1024)}
 
 
 @dataclass
@@ -35,6 +40,37 @@ class BuildConfig:
     seed: int = 0
     output: Path = Path("artifacts/model.pt2")
     op_lib: Path | None = None
+    # Names from DYNAMIC_DIMS, and their inclusive (min, max) ranges.
+    dynamic: tuple[str, ...] = ()
+    ranges: dict[str, tuple[int, int]] = field(default_factory=lambda: dict(DEFAULT_RANGES))
+
+    def shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.channels, self.height, self.width)
+
+    def export_shape(self) -> tuple[int, ...]:
+        """The shape to trace with. torch.export specialises a dim whose example
+        size is 1, so a dynamic dim of size 1 is traced at 2 (the range keeps 1)."""
+        shape = list(self.shape())
+        for name in self.dynamic:
+            if shape[DYNAMIC_DIMS[name]] == 1:
+                shape[DYNAMIC_DIMS[name]] = 2
+        return tuple(shape)
+
+    def check(self) -> None:
+        """Raise InputError for a dtype, dynamic dim or range that cannot work."""
+        if self.dtype not in DTYPES:
+            raise InputError(f"unsupported dtype {self.dtype!r}; expected one of {', '.join(DTYPES)}")
+        for name in self.dynamic:
+            if name not in DYNAMIC_DIMS:
+                raise InputError(f"cannot make {name!r} dynamic; choose from {', '.join(DYNAMIC_DIMS)}")
+            low, high = self.ranges[name]
+            size = self.shape()[DYNAMIC_DIMS[name]]
+            if not 1 <= low < high:
+                raise InputError(f"--{name}-range {low}:{high} holds fewer than two sizes; expected 1 <= MIN < MAX")
+            if not low <= size <= high:
+                raise InputError(
+                    f"--{name} {size} is outside --{name}-range {low}:{high}; the example input must lie in the range"
+                )
 
 
 @dataclass
@@ -44,20 +80,34 @@ class BuildResult:
     calls: GraphCalls
     graph: str
     example_input: torch.Tensor
-    eager_output: torch.Tensor
-    package_output: torch.Tensor
-    report: BitReport
+    # (what was compared, its report), e.g. ("eager vs package [1, 3, 224, 224]", ...)
+    checks: list[tuple[str, BitReport]]
     op_library: Path
     timings: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def passed(self) -> bool:
+        return all(report.identical for _, report in self.checks)
 
-def example_input(config: BuildConfig) -> torch.Tensor:
-    """The seeded random input the package is exported and verified with."""
-    if config.dtype not in DTYPES:
-        raise InputError(f"unsupported dtype {config.dtype!r}; expected one of {', '.join(DTYPES)}")
-    generator = torch.Generator().manual_seed(config.seed)
-    shape = (config.batch, config.channels, config.height, config.width)
-    return torch.randn(shape, generator=generator).to(DTYPES[config.dtype]).to(config.device)
+
+def seeded_input(shape: tuple[int, ...], dtype: str, device: str, seed: int) -> torch.Tensor:
+    """A standard-normal tensor, drawn in float32 on the CPU so every dtype and
+    device sees the same values for a seed."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=generator).to(DTYPES[dtype]).to(device)
+
+
+def second_shape(config: BuildConfig) -> tuple[int, ...] | None:
+    """Another shape in the dynamic range, to prove the package is not specialised
+    to the example: each dynamic dim at its minimum (or one above the example)."""
+    if not config.dynamic:
+        return None
+    shape = list(config.shape())
+    for name in config.dynamic:
+        low, high = config.ranges[name]
+        index = DYNAMIC_DIMS[name]
+        shape[index] = low if low != shape[index] else min(shape[index] + 1, high)
+    return tuple(shape) if tuple(shape) != config.shape() else None
 
 
 def export_and_compile(config: BuildConfig, on_stage: Callable[[str], None] | None = None) -> BuildResult:
@@ -68,13 +118,14 @@ def export_and_compile(config: BuildConfig, on_stage: Callable[[str], None] | No
         on_stage: called with each stage's name (from STAGES) as it starts.
 
     Returns:
-        The BuildResult. ``report.identical`` says whether the package's output
-        bits equal eager's; the caller decides what a difference means.
+        The BuildResult. ``passed`` says whether the package's output bits equal
+        eager's at every checked shape; the caller decides what a difference means.
 
     Raises:
         OpLibraryError, ExportError, CompileError, PackageError, InputError: from
         the stages.
     """
+    config.check()
     timings: dict[str, float] = {}
 
     @contextmanager
@@ -90,12 +141,14 @@ def export_and_compile(config: BuildConfig, on_stage: Callable[[str], None] | No
 
     with stage("build model"):
         model = IdentityModel(config.channels).to(device=config.device, dtype=DTYPES[config.dtype]).eval()
-        x = example_input(config)
+        x = seeded_input(config.shape(), config.dtype, config.device, config.seed)
 
     with stage("export"):
-        with torch.no_grad():
-            eager = model(x)
-        program = export_model(model, (x,))
+        dynamic_dims = {DYNAMIC_DIMS[name]: (name, *config.ranges[name]) for name in config.dynamic}
+        traced = x if config.export_shape() == config.shape() else seeded_input(
+            config.export_shape(), config.dtype, config.device, config.seed
+        )
+        program = export_model(model, (traced,), dynamic_dims)
         calls = graph_calls(program)
         if "my_ops::IdentityConvClass" not in calls.classes or "my_ops::identity_conv_op" not in calls.ops:
             raise ExportError(
@@ -105,7 +158,7 @@ def export_and_compile(config: BuildConfig, on_stage: Callable[[str], None] | No
 
     with stage("compile"):
         spec = PackageSpec(
-            inputs=[TensorSpec.of(x)],
+            inputs=input_specs(program),
             device=config.device,
             required_ops=calls.ops,
             required_classes=calls.classes,
@@ -116,8 +169,15 @@ def export_and_compile(config: BuildConfig, on_stage: Callable[[str], None] | No
 
     with stage("verify"):
         spec = read_package_spec(package_path)
-        (package_output,) = load_package(package_path, spec).run([x])
-        report = compare_bits(package_output, eager)
+        package = load_package(package_path, spec)
+        checks = []
+        shapes = [config.shape()] + ([s] if (s := second_shape(config)) else [])
+        for i, shape in enumerate(shapes):
+            xi = x if i == 0 else seeded_input(shape, config.dtype, config.device, config.seed + i)
+            with torch.no_grad():
+                eager = model(xi)
+            (package_output,) = package.run([xi])
+            checks.append((f"eager vs package {list(shape)}", compare_bits(package_output, eager)))
 
     return BuildResult(
         package_path=package_path,
@@ -125,9 +185,7 @@ def export_and_compile(config: BuildConfig, on_stage: Callable[[str], None] | No
         calls=calls,
         graph=str(program.graph),
         example_input=x,
-        eager_output=eager,
-        package_output=package_output,
-        report=report,
+        checks=checks,
         op_library=library,
         timings=timings,
     )
