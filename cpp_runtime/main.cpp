@@ -28,6 +28,8 @@ Options:
                          torch.save([t, ...], FILE) or by --outputs
   --outputs FILE         write the outputs to FILE in the same format
   --seed N               seed of the random input used without --inputs (default 0)
+  --inspect              print what the package records (inputs, device, required
+                         ops and classes, torch version, CPU ISA) and exit
   --list-loaded-objects  print every shared object mapped into this process
   -h, --help             show this help
 
@@ -44,6 +46,7 @@ struct Options {
   std::string outputs;
   uint64_t seed = 0;
   bool list_loaded_objects = false;
+  bool inspect = false;
 };
 
 std::string take_value(int argc, char** argv, int& i) {
@@ -82,6 +85,8 @@ Options parse_args(int argc, char** argv) {
         throw aoti_runner::RunnerError("--seed expects a non-negative integer, got '" + value +
                                        "'.");
       }
+    } else if (arg == "--inspect") {
+      options.inspect = true;
     } else if (arg == "--list-loaded-objects") {
       options.list_loaded_objects = true;
     } else if (arg.rfind("--", 0) == 0) {
@@ -101,6 +106,13 @@ Options parse_args(int argc, char** argv) {
 int run(const Options& options) {
   using namespace aoti_runner;
   const auto spec = read_package_spec(options.package);
+  if (options.inspect) {
+    std::cout << "package: " << options.package << "\n";
+    for (const auto& [name, value] : describe_package(spec)) {
+      std::cout << name << ": " << value << "\n";
+    }
+    return kExitPass;
+  }
   load_op_libraries(options.libraries);
   for (const auto& lib : options.libraries) {
     std::cout << "loaded op library " << lib << "\n";

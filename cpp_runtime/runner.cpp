@@ -10,8 +10,10 @@
 #include <torch/serialize.h>
 
 #include <dlfcn.h>
+#include <sys/utsname.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -290,6 +292,78 @@ void check_required_symbols(const PackageSpec& spec) {
                     kDefaultLibrary);
 }
 
+namespace {
+
+// CPU features each token of AOTI's AOTI_CPU_ISA entry compiles for, as Linux names
+// them in /proc/cpuinfo. Kept identical to ISA_CPU_FLAGS in python/.../runtime.py.
+const std::map<std::string, std::vector<std::string>>& isa_cpu_flags() {
+  static const std::map<std::string, std::vector<std::string>> flags = {
+      {"INVALID_VEC_ISA", {}},
+      {"AVX2", {"avx2", "fma", "f16c"}},
+      {"AVX512", {"avx512f", "avx512dq", "avx512vl", "avx512bw", "fma"}},
+      {"AVX512_VNNI", {"avx512_vnni"}},
+      {"AMX_TILE", {"amx_tile", "amx_bf16", "amx_int8"}},
+      {"NEON", {"asimd"}},
+      {"ASIMD", {"asimd"}},
+  };
+  return flags;
+}
+
+std::set<std::string> host_cpu_flags() {
+  std::set<std::string> flags;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) {
+      continue;
+    }
+    auto key = line.substr(0, colon);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    if (key == "flags" || key == "Features") {
+      std::istringstream words(line.substr(colon + 1));
+      std::string word;
+      while (words >> word) {
+        flags.insert(word);
+      }
+    }
+  }
+  return flags;
+}
+
+std::string host_machine() {
+  struct utsname info {};
+  return uname(&info) == 0 ? std::string(info.machine) : std::string();
+}
+
+}  // namespace
+
+std::vector<std::string> missing_cpu_features(const std::string& isa,
+                                              const std::set<std::string>& host_flags) {
+  std::vector<std::string> missing;
+  std::istringstream tokens(isa);
+  std::string token;
+  while (tokens >> token) {
+    std::transform(token.begin(), token.end(), token.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    const auto it = isa_cpu_flags().find(token);
+    if (it == isa_cpu_flags().end()) {
+      missing.push_back(token + " (unknown to this runner)");
+      continue;
+    }
+    std::vector<std::string> absent;
+    for (const auto& flag : it->second) {
+      if (!host_flags.count(flag)) {
+        absent.push_back(flag);
+      }
+    }
+    if (!absent.empty()) {
+      missing.push_back(token + " (no " + join(absent, ", ") + ")");
+    }
+  }
+  return missing;
+}
+
 void check_device(const PackageSpec& spec) {
   if (spec.device.rfind("cuda", 0) == 0 && !torch::cuda::is_available()) {
     throw RunnerError("the package was compiled for " + spec.device +
@@ -299,6 +373,21 @@ void check_device(const PackageSpec& spec) {
   if (spec.device != "cpu" && spec.device.rfind("cuda", 0) != 0) {
     throw RunnerError("the package was compiled for device '" + spec.device +
                       "', which this runner does not support (cpu or cuda).");
+  }
+  const auto machine = spec.raw.count("AOTI_MACHINE") ? spec.raw.at("AOTI_MACHINE") : "";
+  if (!machine.empty() && machine != host_machine()) {
+    throw RunnerError("the package was compiled for " + machine + ", but this host is " +
+                      host_machine() + ". Re-export the package on this kind of machine.");
+  }
+  if (spec.device == "cpu") {
+    const auto isa = spec.raw.count("AOTI_CPU_ISA") ? spec.raw.at("AOTI_CPU_ISA") : "";
+    const auto missing = missing_cpu_features(isa, host_cpu_flags());
+    if (!missing.empty()) {
+      throw RunnerError("the package's CPU kernels were compiled for '" + isa +
+                        "', and this host lacks " + join(missing, "; ") +
+                        ". Running it would crash with an illegal instruction. Re-export the "
+                        "package on this host (or on one with the same CPU features).");
+    }
   }
 }
 
@@ -506,6 +595,27 @@ BitReport compare_bits(const at::Tensor& actual_in, const at::Tensor& expected_i
       << hex_bits(expected_bits[flat], width) << "); max abs diff " << format_value(max_abs);
   report.detail = out.str();
   return report;
+}
+
+std::vector<std::pair<std::string, std::string>> describe_package(const PackageSpec& spec) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    rows.emplace_back("input[" + std::to_string(i) + "]",
+                      format_shape(spec.inputs[i]) + " " + spec.inputs[i].dtype);
+  }
+  const auto raw = [&](const std::string& key) {
+    return spec.raw.count(key) ? spec.raw.at(key) : std::string();
+  };
+  rows.emplace_back("device", spec.device);
+  rows.emplace_back("required ops", join(spec.required_ops, ", "));
+  rows.emplace_back("required classes", join(spec.required_classes, ", "));
+  rows.emplace_back("op libraries", join(spec.op_libraries, ", "));
+  rows.emplace_back("identity model", spec.is_identity ? "yes" : "no");
+  rows.emplace_back("torch version", spec.torch_version);
+  rows.emplace_back("platform", raw("AOTI_PLATFORM") + " " + raw("AOTI_MACHINE"));
+  rows.emplace_back("cpu isa", raw("AOTI_CPU_ISA"));
+  rows.emplace_back("compute capability", raw("AOTI_COMPUTE_CAPABILITY"));
+  return rows;
 }
 
 std::vector<std::string> loaded_shared_objects() {

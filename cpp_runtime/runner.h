@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace aoti_runner {
@@ -68,8 +70,16 @@ PackageSpec read_package_spec(const std::string& path);
 // library registered, and the library to pass.
 void check_required_symbols(const PackageSpec& spec);
 
-// Throws if the package targets a device this process cannot use.
+// Throws if the package targets a device, machine or CPU ISA this process cannot
+// run (instead of failing at load or dying with SIGILL).
 void check_device(const PackageSpec& spec);
+
+// Which tokens of an AOTI_CPU_ISA entry the given CPU flags do not cover.
+std::vector<std::string> missing_cpu_features(const std::string& isa,
+                                              const std::set<std::string>& host_flags);
+
+// The facts --inspect prints, as ordered (name, value) rows.
+std::vector<std::pair<std::string, std::string>> describe_package(const PackageSpec& spec);
 
 // Tensor files: a list of tensors in torch.save format.
 std::vector<at::Tensor> load_tensors(const std::string& path);

@@ -100,6 +100,38 @@ class PackageSpec:
         }
         return {META_PREFIX + key: value for key, value in entries.items()}
 
+    def describe(self) -> list[tuple[str, str]]:
+        """The facts inspect prints, in the same order and words as aoti_runner --inspect."""
+        rows = [(f"input[{i}]", f"{spec.shape_str()} {spec.dtype}") for i, spec in enumerate(self.inputs)]
+        rows += [
+            ("device", self.device),
+            ("required ops", ", ".join(self.required_ops)),
+            ("required classes", ", ".join(self.required_classes)),
+            ("op libraries", ", ".join(self.op_libraries)),
+            ("identity model", "yes" if self.is_identity else "no"),
+            ("torch version", self.torch_version),
+            ("platform", f"{self.aoti.get('AOTI_PLATFORM', '')} {self.aoti.get('AOTI_MACHINE', '')}"),
+            ("cpu isa", self.aoti.get("AOTI_CPU_ISA", "")),
+            ("compute capability", self.aoti.get("AOTI_COMPUTE_CAPABILITY", "")),
+        ]
+        return rows
+
+    def to_json(self) -> dict[str, object]:
+        """Machine-readable form: dims as {"min", "max"} pairs, AOTI's entries as-is."""
+        return {
+            "inputs": [
+                {"dtype": spec.dtype, "dims": [{"min": d.min, "max": d.max} for d in spec.dims]}
+                for spec in self.inputs
+            ],
+            "device": self.device,
+            "required_ops": self.required_ops,
+            "required_classes": self.required_classes,
+            "op_libraries": self.op_libraries,
+            "is_identity": self.is_identity,
+            "torch_version": self.torch_version,
+            "aoti": self.aoti,
+        }
+
     @classmethod
     def from_metadata(cls, metadata: dict[str, str], path: Path) -> "PackageSpec":
         def get(key: str, default: str = "") -> str:

@@ -3,6 +3,7 @@ spec, load it with aoti_load_package and run it."""
 
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 
 import torch
@@ -33,13 +34,66 @@ def check_required_symbols(spec: PackageSpec) -> None:
         )
 
 
+# CPU features each token of AOTI's AOTI_CPU_ISA entry compiles for, as Linux
+# names them in /proc/cpuinfo (from the -m flags in torch/_inductor/cpu_vec_isa.py).
+ISA_CPU_FLAGS: dict[str, tuple[str, ...]] = {
+    "INVALID_VEC_ISA": (),
+    "AVX2": ("avx2", "fma", "f16c"),
+    "AVX512": ("avx512f", "avx512dq", "avx512vl", "avx512bw", "fma"),
+    "AVX512_VNNI": ("avx512_vnni",),
+    "AMX_TILE": ("amx_tile", "amx_bf16", "amx_int8"),
+    "NEON": ("asimd",),
+    "ASIMD": ("asimd",),
+}
+
+
+def host_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """The CPU feature flags of this host ("flags" on x86, "Features" on Arm)."""
+    flags: set[str] = set()
+    for line in cpuinfo.read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags.update(value.split())
+    return flags
+
+
+def missing_cpu_features(isa: str, host_flags: set[str]) -> list[str]:
+    """Which parts of a package's AOTI_CPU_ISA this host lacks. An ISA token this
+    toolkit does not know is reported as missing: it cannot be proven safe."""
+    missing = []
+    for token in isa.upper().split():
+        if token not in ISA_CPU_FLAGS:
+            missing.append(f"{token} (unknown to this runner)")
+            continue
+        absent = [flag for flag in ISA_CPU_FLAGS[token] if flag not in host_flags]
+        if absent:
+            missing.append(f"{token} (no {', '.join(absent)})")
+    return missing
+
+
 def check_device(spec: PackageSpec) -> None:
-    """Raise PackageError if the package targets a device this process cannot use."""
+    """Raise PackageError if the package targets a device, machine or CPU ISA this
+    process cannot run, instead of failing at load or dying with SIGILL."""
     if spec.device.startswith("cuda") and not torch.cuda.is_available():
         raise PackageError(
             f"the package was compiled for {spec.device}, but this process has no usable "
             "CUDA device. Run it on a CUDA machine, or re-export with --device cpu."
         )
+    machine = spec.aoti.get("AOTI_MACHINE", "")
+    if machine and machine != platform.machine():
+        raise PackageError(
+            f"the package was compiled for {machine}, but this host is {platform.machine()}. "
+            "Re-export the package on this kind of machine."
+        )
+    if spec.device == "cpu":
+        isa = spec.aoti.get("AOTI_CPU_ISA", "")
+        missing = missing_cpu_features(isa, host_cpu_flags())
+        if missing:
+            raise PackageError(
+                f"the package's CPU kernels were compiled for {isa!r}, and this host lacks "
+                f"{'; '.join(missing)}. Running it would crash with an illegal instruction. "
+                "Re-export the package on this host (or on one with the same CPU features)."
+            )
 
 
 def to_package_device(tensors: list[torch.Tensor], spec: PackageSpec) -> list[torch.Tensor]:
