@@ -7,36 +7,17 @@ import pytest
 import torch
 
 from identity_conv.ops import identity_conv
+from identity_conv.special_values import INT_TWIN, SPECIAL_BITS
+from identity_conv.special_values import special_values as make_special_values
 from conftest import requires_cuda
 
 FLOAT_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
-INT_TWIN = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
-            torch.float64: torch.int64}
 DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]
-
-# Special bit patterns per width: quiet NaN with payload, signalling NaN with payload,
-# negative NaN, +0, -0, +inf, -inf, smallest and largest subnormal, 1.0, -max finite.
-SPECIAL_BITS = {
-    torch.float16: [0x7E01, 0x7C01, 0xFE3F, 0x0000, 0x8000, 0x7C00, 0xFC00, 0x0001, 0x03FF, 0x3C00, 0xFBFF],
-    torch.bfloat16: [0x7FC1, 0x7F81, 0xFFC5, 0x0000, 0x8000, 0x7F80, 0xFF80, 0x0001, 0x007F, 0x3F80, 0xFF7F],
-    torch.float32: [0x7FC00001, 0x7F800001, 0xFFC12345, 0x0, 0x80000000, 0x7F800000, 0xFF800000,
-                    0x00000001, 0x007FFFFF, 0x3F800000, 0xFF7FFFFF],
-    torch.float64: [0x7FF8000000000001, 0x7FF0000000000001, 0xFFF8000000012345, 0x0, 0x8000000000000000,
-                    0x7FF0000000000000, 0xFFF0000000000000, 0x1, 0x000FFFFFFFFFFFFF, 0x3FF0000000000000,
-                    0xFFEFFFFFFFFFFFFF],
-}
 
 
 def special_values(dtype: torch.dtype, device: str) -> torch.Tensor:
     """The special bit patterns plus random bits, as a [4, 3, 5, 7] tensor of dtype."""
-    width = torch.finfo(dtype).bits
-    patterns = [b - (1 << width) if b >= 1 << (width - 1) else b for b in SPECIAL_BITS[dtype]]
-    special = torch.tensor(patterns, dtype=INT_TWIN[dtype])
-    generator = torch.Generator().manual_seed(0)
-    low, high = torch.iinfo(INT_TWIN[dtype]).min, torch.iinfo(INT_TWIN[dtype]).max
-    bits = torch.randint(low, high, (4 * 3 * 5 * 7,), generator=generator, dtype=INT_TWIN[dtype])
-    bits[: special.numel()] = special
-    return bits.view(dtype).reshape(4, 3, 5, 7).to(device)
+    return make_special_values((4, 3, 5, 7), dtype).to(device)
 
 
 def assert_same_bits(actual: torch.Tensor, expected: torch.Tensor) -> None:
@@ -145,3 +126,12 @@ def test_cuda_grid_stride_loop_covers_large_tensors(op_library, dtype):
     # More elements than one pass of the capped grid (SMs * 8 blocks * 256 threads).
     x = torch.randn(17_000_000, device="cuda").to(dtype)
     assert_same_bits(identity_conv(x), x)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_special_values_input_holds_every_pattern(dtype):
+    # Guards the generator the op and matrix tests rely on: each pattern is present.
+    bits = set(make_special_values((4, 3, 5, 7), dtype).view(INT_TWIN[dtype]).flatten().tolist())
+    width = torch.finfo(dtype).bits
+    for pattern in SPECIAL_BITS[dtype]:
+        assert (pattern - (1 << width) if pattern >= 1 << (width - 1) else pattern) in bits

@@ -4,6 +4,8 @@ input bits (except -0.0, which the native convs turn into +0.0)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -35,3 +37,13 @@ class IdentityModel(nn.Module):
         x = self.layer2.forward(x)
         x = torch.ops.my_ops.identity_conv_op(x)
         return self.layer4(x)
+
+    def named_layers(self) -> list[tuple[str, Callable[[torch.Tensor], torch.Tensor], bool]]:
+        """The layers of forward, in order, as (name, callable, is_custom), so a
+        report can say which layer changed which values."""
+        return [
+            ("layer1 (native depthwise conv)", self.layer1, False),
+            ("layer2 (IdentityConvClass)", self.layer2.forward, True),
+            ("layer3 (identity_conv_op)", torch.ops.my_ops.identity_conv_op, True),
+            ("layer4 (native depthwise conv)", self.layer4, False),
+        ]

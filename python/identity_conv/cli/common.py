@@ -3,6 +3,8 @@ exit code."""
 
 from __future__ import annotations
 
+import sys
+import warnings
 from typing import NoReturn
 
 import typer
@@ -14,8 +16,15 @@ from ..errors import EXIT_USAGE, IdentityConvError
 # Markup is off: messages carry paths and shapes such as "[tensor, ...]" that rich
 # would otherwise take for style tags. Styles are passed explicitly instead. Lines
 # are not wrapped, so scripts can grep a whole report line.
-console = Console(highlight=False, markup=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
+# torch warns about its own deprecated internals (pytree LeafSpec, jit.script_method)
+# while exporting and compiling; that is noise to a user of these CLIs.
+warnings.filterwarnings("ignore", message=r".*LeafSpec.*deprecated", category=FutureWarning)
+warnings.filterwarnings("ignore", message=r".*torch.jit.script_method.*deprecated", category=DeprecationWarning)
+
+# Piped output (logs, CI) gets room for the wide tables; a terminal keeps its width.
+_PIPED_WIDTH = None if sys.stdout.isatty() else 160
+console = Console(highlight=False, markup=False, soft_wrap=True, width=_PIPED_WIDTH)
+err_console = Console(stderr=True, highlight=False, markup=False, soft_wrap=True, width=_PIPED_WIDTH)
 
 
 def exit_with(error: Exception) -> NoReturn:

@@ -3,7 +3,6 @@ AOTInductor into a .pt2 package, and verify the package against eager bit-for-bi
 
 from __future__ import annotations
 
-import warnings
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -171,7 +170,4 @@ def export_compile(
 
 
 def main() -> None:
-    # torch's own pytree code warns about its own deprecated API during compile;
-    # it is noise to a user of this CLI.
-    warnings.filterwarnings("ignore", message=r".*LeafSpec.*deprecated", category=FutureWarning)
     app()
