@@ -86,3 +86,41 @@ def compiled_package(tmp_path_factory: pytest.TempPathFactory, op_library: Path)
 def run_cmd(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
     """Run a command with text output captured; never raises on a non-zero exit."""
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def parity_matrix(tmp_path_factory: pytest.TempPathFactory, build: Build, op_library: Path):
+    """The full parity matrix, once: 4 dtypes x static/dynamic x random/special. Its
+    packages (e.g. model_float32_dynamic.pt2) are shared with other tests."""
+    from identity_conv.parity import run_matrix
+
+    work_dir = tmp_path_factory.mktemp("parity")
+    return work_dir, run_matrix(work_dir, build.runner, op_library)
+
+
+@pytest.fixture(scope="session")
+def dynamic_package(parity_matrix) -> Path:
+    """float32, batch 1..8, height and width 1..64 (see identity_conv.parity)."""
+    work_dir, _ = parity_matrix
+    return work_dir / "model_float32_dynamic.pt2"
+
+
+def rewrite_metadata(source: Path, target: Path, changes: dict[str, str | None]) -> Path:
+    """Copy an AOTI package, editing the metadata JSON files it carries: a value of
+    None deletes the key. Used to craft packages from other devices and hosts."""
+    import json
+    import zipfile
+
+    with zipfile.ZipFile(source) as src, zipfile.ZipFile(target, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename.endswith("_metadata.json"):
+                metadata = json.loads(data)
+                for key, value in changes.items():
+                    if value is None:
+                        metadata.pop(key, None)
+                    else:
+                        metadata[key] = value
+                data = json.dumps(metadata).encode()
+            dst.writestr(item, data)
+    return target

@@ -173,9 +173,16 @@ def read_package_spec(path: str | Path) -> PackageSpec:
         raise PackageError(f"package path is not a file: {path}\n{hint}")
     if path.stat().st_size == 0:
         raise PackageError(f"package is empty (0 bytes): {path}\n{hint}")
-    if not zipfile.is_zipfile(path):
+    with path.open("rb") as file:
+        magic = file.read(4)
+    if magic != b"PK\x03\x04":
         raise PackageError(
             f"package is not a zip archive (an AOTI .pt2 package is one): {path}\n{hint}"
+        )
+    if not zipfile.is_zipfile(path):
+        raise PackageError(
+            f"could not read the AOTI package {path}: the zip archive is damaged or "
+            f"truncated (no central directory).\n{hint}"
         )
     try:
         metadata = torch._C._aoti.AOTIModelPackageLoader.load_metadata_from_package(

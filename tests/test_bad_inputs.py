@@ -1,0 +1,213 @@
+"""Bad inputs, packages and libraries, each run through both runtimes (the Python
+run_inference and the C++ aoti_runner): exit 2, a message that names the problem,
+and no output file."""
+
+from __future__ import annotations
+
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from conftest import rewrite_metadata, run_cmd
+from identity_conv.cli.run_inference import app as run_inference_app
+
+
+@dataclass(frozen=True)
+class Ctx:
+    static: Path  # float32 [2, 3, 8, 12]
+    dynamic: Path  # float32 [1..8, 3, 1..64, 1..64]
+    tmp: Path
+
+
+def tensors(*items) -> Callable[[Ctx], Path]:
+    def write(ctx: Ctx) -> Path:
+        path = ctx.tmp / "inputs.pt"
+        torch.save(list(items) if len(items) != 1 or not isinstance(items[0], dict) else items[0], path)
+        return path
+    return write
+
+
+def raw_file(content: bytes, name: str = "inputs.pt") -> Callable[[Ctx], Path]:
+    def write(ctx: Ctx) -> Path:
+        path = ctx.tmp / name
+        path.write_bytes(content)
+        return path
+    return write
+
+
+def static(ctx: Ctx) -> Path:
+    return ctx.static
+
+
+def dynamic(ctx: Ctx) -> Path:
+    return ctx.dynamic
+
+
+def crafted(changes: dict[str, str | None]) -> Callable[[Ctx], Path]:
+    return lambda ctx: rewrite_metadata(ctx.static, ctx.tmp / "crafted.pt2", changes)
+
+
+def truncated(ctx: Ctx) -> Path:
+    data = ctx.static.read_bytes()
+    return raw_file(data[: len(data) // 3], "truncated.pt2")(ctx)
+
+
+def zip_not_package(ctx: Ctx) -> Path:
+    path = ctx.tmp / "other.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("notes.txt", "not an AOTI package")
+    return path
+
+
+GOOD = torch.randn(2, 3, 8, 12)
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    message: str
+    package: Callable[[Ctx], Path] = static
+    inputs: Callable[[Ctx], Path] | None = tensors(GOOD)
+
+
+CASES = [
+    # inputs vs a static package
+    Case("wrong-rank", "input[0]: expected rank 4 [2, 3, 8, 12], got rank 3", inputs=tensors(torch.randn(2, 3, 8))),
+    Case("wrong-rank-5d", "expected rank 4", inputs=tensors(torch.randn(1, 2, 3, 8, 12))),
+    Case("wrong-static-batch", "input[0]: dim 0 expected 2, got 1", inputs=tensors(torch.randn(1, 3, 8, 12))),
+    Case("wrong-static-height", "input[0]: dim 2 expected 8, got 4", inputs=tensors(torch.randn(2, 3, 4, 12))),
+    Case("wrong-static-channels", "input[0]: dim 1 expected 3, got 4", inputs=tensors(torch.randn(2, 4, 8, 12))),
+    Case("wrong-dtype-float64", "input[0]: expected dtype float32, got float64",
+         inputs=tensors(GOOD.double())),
+    Case("wrong-dtype-bfloat16", "expected dtype float32, got bfloat16", inputs=tensors(GOOD.bfloat16())),
+    Case("wrong-dtype-int32", "expected dtype float32, got int32", inputs=tensors(GOOD.int())),
+    Case("two-inputs", "wrong number of inputs: the package expects 1, got 2", inputs=tensors(GOOD, GOOD)),
+    Case("no-inputs", "the package expects 1, got 0", inputs=tensors()),
+    # inputs vs a dynamic package
+    Case("dynamic-batch-above", "input[0]: dim 0 expected a size in [1, 8], got 9", package=dynamic,
+         inputs=tensors(torch.randn(9, 3, 8, 8))),
+    Case("dynamic-height-zero", "input[0]: dim 2 expected a size in [1, 64], got 0", package=dynamic,
+         inputs=tensors(torch.randn(1, 3, 0, 8))),
+    Case("dynamic-width-above", "input[0]: dim 3 expected a size in [1, 64], got 65", package=dynamic,
+         inputs=tensors(torch.randn(1, 3, 8, 65))),
+    Case("dynamic-static-channels", "input[0]: dim 1 expected 3, got 2", package=dynamic,
+         inputs=tensors(torch.randn(1, 2, 8, 8))),
+    # tensor files
+    Case("file-holds-dict", "holds a", inputs=tensors({"x": GOOD})),
+    Case("file-element-not-tensor", "element 1 is of type", inputs=tensors(GOOD, 3)),
+    Case("file-empty", "tensor file is empty", inputs=raw_file(b"")),
+    Case("file-garbage", "could not read tensor file", inputs=raw_file(b"\x00garbage, not a torch.save file")),
+    Case("file-missing", "tensor file not found", inputs=lambda ctx: ctx.tmp / "absent.pt"),
+    # packages
+    Case("package-missing", "package not found", package=lambda ctx: ctx.tmp / "absent.pt2"),
+    Case("package-empty", "package is empty", package=raw_file(b"", "empty.pt2")),
+    Case("package-not-zip", "not a zip archive", package=raw_file(b"ELF? no, text", "text.pt2")),
+    Case("package-truncated", "could not read the AOTI package", package=truncated),
+    Case("package-zip-not-aoti", "could not read the AOTI package", package=zip_not_package),
+    Case("package-without-toolkit-metadata", "has no identity_conv metadata",
+         package=crafted({"identity_conv.inputs": None})),
+    Case("package-for-cuda", "the package was compiled for cuda",
+         package=crafted({"identity_conv.device": "cuda", "AOTI_DEVICE_KEY": "cuda"})),
+    Case("package-cpu-isa-missing", "this host lacks AVX1024 (unknown to this runner)",
+         package=crafted({"AOTI_CPU_ISA": "AVX2 AVX1024"})),
+    Case("package-other-machine", "the package was compiled for riscv64",
+         package=crafted({"AOTI_MACHINE": "riscv64"})),
+]
+
+
+@pytest.fixture
+def ctx(compiled_package, dynamic_package, tmp_path) -> Ctx:
+    return Ctx(compiled_package.path, dynamic_package, tmp_path)
+
+
+def run_python(package: Path, op_lib: Path, inputs: Path | None, outputs: Path) -> tuple[int, str]:
+    args = [str(package), str(op_lib), "--outputs", str(outputs)]
+    if inputs is not None:
+        args += ["--inputs", str(inputs)]
+    result = CliRunner().invoke(run_inference_app, args)
+    return result.exit_code, result.output
+
+
+def run_cpp(runner: Path, package: Path, op_lib: Path, inputs: Path | None, outputs: Path) -> tuple[int, str]:
+    args = [runner, package, op_lib, "--outputs", outputs] + (["--inputs", inputs] if inputs is not None else [])
+    result = run_cmd(*args)
+    assert "terminate called" not in result.stderr
+    return result.returncode, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_bad_case_exits_2_names_the_problem_and_writes_nothing(ctx, build, op_library, case, runtime):
+    package = case.package(ctx)
+    inputs = case.inputs(ctx) if case.inputs else None
+    outputs = ctx.tmp / "out.pt"
+    if runtime == "python":
+        code, output = run_python(package, op_library, inputs, outputs)
+    else:
+        code, output = run_cpp(build.runner, package, op_library, inputs, outputs)
+    assert code == 2, output
+    assert case.message in output
+    assert not outputs.exists()
+
+
+def test_good_case_passes_in_both_runtimes(ctx, build, op_library):
+    # The control for the table above: the same harness with a good input succeeds.
+    inputs = tensors(GOOD)(ctx)
+    code, output = run_python(ctx.static, op_library, inputs, ctx.tmp / "py.pt")
+    assert code == 0, output
+    code, output = run_cpp(build.runner, ctx.static, op_library, inputs, ctx.tmp / "cpp.pt")
+    assert code == 0, output
+
+
+def test_dynamic_package_runs_any_shape_in_range_in_both_runtimes(ctx, build, op_library):
+    for shape in [(1, 3, 1, 1), (8, 3, 64, 64), (5, 3, 17, 3)]:
+        x = torch.randn(shape)
+        inputs = ctx.tmp / "dyn_in.pt"
+        torch.save([x], inputs)
+        code, output = run_python(ctx.dynamic, op_library, inputs, ctx.tmp / "py.pt")
+        assert code == 0 and "identical" in output, output
+        code, output = run_cpp(build.runner, ctx.dynamic, op_library, inputs, ctx.tmp / "cpp.pt")
+        assert code == 0 and "identical" in output, output
+        py_out, cpp_out = torch.load(ctx.tmp / "py.pt"), torch.load(ctx.tmp / "cpp.pt")
+        assert torch.equal(py_out[0].view(torch.int32), cpp_out[0].view(torch.int32))
+        assert torch.equal(cpp_out[0].view(torch.int32), x.view(torch.int32))
+
+
+@pytest.mark.parametrize(
+    "lib, python_message, cpp_message",
+    [
+        ("missing", "could not find the op library", "op library not found"),
+        ("other-so", "does not register my_ops::identity_conv_op", "which no loaded library registers"),
+        ("not-elf", "could not load the op library", "could not load op library"),
+    ],
+)
+def test_bad_op_library_in_both_runtimes(ctx, build, lib, python_message, cpp_message):
+    paths = {
+        "missing": ctx.tmp / "libmissing.so",
+        "other-so": Path(torch.__file__).parent / "lib" / "libtorch_global_deps.so",
+        "not-elf": raw_file(b"not an ELF", "libfake.so")(ctx),
+    }
+    outputs = ctx.tmp / "out.pt"
+    # A fresh process for Python: this one has the real library loaded already.
+    run_inference = Path(sys.executable).parent / "run_inference"
+    py = run_cmd(run_inference, ctx.static, paths[lib], "--outputs", outputs)
+    assert py.returncode == 2 and python_message in py.stderr, py.stdout + py.stderr
+    code, output = run_cpp(build.runner, ctx.static, paths[lib], None, outputs)
+    assert code == 2 and cpp_message in output, output
+    assert not outputs.exists()
+
+
+def test_meta_device_input_is_rejected_by_the_python_runtime(compiled_package):
+    from identity_conv.errors import InputError
+    from identity_conv.package import read_package_spec
+    from identity_conv.runtime import validate_inputs
+
+    spec = read_package_spec(compiled_package.path)
+    with pytest.raises(InputError, match="input\\[0\\]: expected a tensor on cpu, got one on meta"):
+        validate_inputs([torch.empty(2, 3, 8, 12, device="meta")], spec)
