@@ -263,6 +263,13 @@ PackageSpec read_package_spec(const std::string& path) {
   spec.op_libraries = split(get("op_libraries").value_or(""), ',');
   spec.is_identity = get("is_identity").value_or("0") == "1";
   spec.torch_version = get("torch_version").value_or("unknown");
+  for (const auto& shape : split(get("example_shapes").value_or(""), ';')) {
+    std::vector<int64_t> sizes;
+    for (const auto& size : split(shape, ',')) {
+      sizes.push_back(parse_int(size, "an example shape"));
+    }
+    spec.example_shapes.push_back(sizes);
+  }
   return spec;
 }
 
@@ -466,10 +473,15 @@ std::vector<at::Tensor> to_package_device(const std::vector<at::Tensor>& tensors
 std::vector<at::Tensor> make_random_inputs(const PackageSpec& spec, uint64_t seed) {
   auto generator = at::detail::createCPUGenerator(seed);
   std::vector<at::Tensor> inputs;
-  for (const auto& input : spec.inputs) {
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    const auto& input = spec.inputs[i];
     std::vector<int64_t> sizes;
-    for (const auto& d : input.dims) {
-      sizes.push_back(d.min);
+    if (i < spec.example_shapes.size()) {
+      sizes = spec.example_shapes[i];
+    } else {
+      for (const auto& d : input.dims) {
+        sizes.push_back(d.min);
+      }
     }
     const auto dtype = dtype_from_name(input.dtype);
     if (!dtype) {

@@ -57,6 +57,8 @@ struct PackageSpec {
   std::vector<std::string> op_libraries;
   bool is_identity = false;
   std::string torch_version;
+  // The shapes the package was verified at; random inputs use them.
+  std::vector<std::vector<int64_t>> example_shapes;
   std::map<std::string, std::string> raw;  // every metadata entry, for --inspect
 };
 
@@ -89,7 +91,7 @@ void save_tensors(const std::string& path, const std::vector<at::Tensor>& tensor
 std::vector<at::Tensor> to_package_device(const std::vector<at::Tensor>& tensors,
                                           const PackageSpec& spec);
 
-// Seeded random inputs matching the spec (dynamic dims take their minimum).
+// Seeded random inputs of the example shapes (else dynamic dims take their minimum).
 std::vector<at::Tensor> make_random_inputs(const PackageSpec& spec, uint64_t seed);
 
 // Checks count, rank, each dim, dtype and device; returns contiguous copies where

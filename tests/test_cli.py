@@ -134,3 +134,56 @@ def test_compare_tensors_unsupported_dtype_exits_2(tmp_path):
     result = runner.invoke(compare_app, [str(c), str(c)])
     assert result.exit_code == 2
     assert "cannot compare bits of torch.complex128" in result.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--dynamic", "channels"], "cannot make 'channels' dynamic; choose from batch, height, width"),
+        (["--dynamic", "batch", "--batch-range", "8"], "expected MIN:MAX with two integers"),
+        (["--dynamic", "batch", "--batch-range", "4:4"], "--batch-range 4:4 holds fewer than two sizes"),
+        (["--dynamic", "height", "--height", "300", "--height-range", "1:256"],
+         "--height 300 is outside --height-range 1:256"),
+    ],
+)
+def test_export_compile_rejects_bad_dynamic_options(args, message, tmp_path):
+    result = runner.invoke(export_compile_app, args + ["--output", str(tmp_path / "m.pt2")])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not (tmp_path / "m.pt2").exists()
+
+
+def test_inspect_package_table_and_json_match_the_cpp_runner(build, dynamic_package):
+    import json
+
+    from identity_conv.cli.inspect_package import app as inspect_app
+    from conftest import run_cmd
+
+    table = runner.invoke(inspect_app, [str(dynamic_package)])
+    assert table.exit_code == 0, table.output
+    as_json = runner.invoke(inspect_app, [str(dynamic_package), "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    data = json.loads(as_json.output)
+    assert data["inputs"] == [{"dtype": "float32", "dims": [{"min": 1, "max": 8}, {"min": 3, "max": 3},
+                                                              {"min": 1, "max": 64}, {"min": 1, "max": 64}]}]
+    assert data["required_ops"] == ["my_ops::identity_conv_op"]
+    assert data["required_classes"] == ["my_ops::IdentityConvClass"]
+    assert data["aoti"]["AOTI_CPU_ISA"]
+    assert data["torch_version"] == torch.__version__
+
+    cpp = run_cmd(build.runner, dynamic_package, "--inspect")
+    assert cpp.returncode == 0, cpp.stderr
+    cpp_rows = dict(line.split(": ", 1) for line in cpp.stdout.splitlines()[1:] if ": " in line)
+    assert cpp_rows["input[0]"] == "[1..8, 3, 1..64, 1..64] float32"
+    assert cpp_rows["cpu isa"] == data["aoti"]["AOTI_CPU_ISA"]
+    for name, value in cpp_rows.items():
+        if value:
+            assert value in table.output, name
+
+
+def test_inspect_package_bad_file_exits_2(tmp_path):
+    from identity_conv.cli.inspect_package import app as inspect_app
+
+    result = runner.invoke(inspect_app, [str(tmp_path / "absent.pt2")])
+    assert result.exit_code == 2
+    assert "package not found" in result.output

@@ -86,6 +86,8 @@ class PackageSpec:
     is_identity: bool = False
     torch_version: str = torch.__version__
     aoti: dict[str, str] = field(default_factory=dict)  # AOTI's own entries (CPU ISA, ...)
+    # The shapes the package was verified at; runners draw random inputs of these.
+    example_shapes: list[tuple[int, ...]] = field(default_factory=list)
 
     def to_metadata(self) -> dict[str, str]:
         entries = {
@@ -97,6 +99,7 @@ class PackageSpec:
             "op_libraries": ",".join(self.op_libraries),
             "is_identity": "1" if self.is_identity else "0",
             "torch_version": self.torch_version,
+            "example_shapes": ";".join(",".join(map(str, shape)) for shape in self.example_shapes),
         }
         return {META_PREFIX + key: value for key, value in entries.items()}
 
@@ -129,6 +132,7 @@ class PackageSpec:
             "op_libraries": self.op_libraries,
             "is_identity": self.is_identity,
             "torch_version": self.torch_version,
+            "example_shapes": [list(shape) for shape in self.example_shapes],
             "aoti": self.aoti,
         }
 
@@ -155,7 +159,15 @@ class PackageSpec:
             is_identity=get("is_identity") == "1",
             torch_version=get("torch_version", "unknown"),
             aoti={k: v for k, v in metadata.items() if not k.startswith(META_PREFIX)},
+            example_shapes=_decode_shapes(get("example_shapes")),
         )
+
+
+def _decode_shapes(text: str) -> list[tuple[int, ...]]:
+    try:
+        return [tuple(int(size) for size in shape.split(",")) for shape in text.split(";") if shape]
+    except ValueError as error:
+        raise PackageError(f"package metadata is malformed: example shapes {text!r}") from error
 
 
 def read_package_spec(path: str | Path) -> PackageSpec:

@@ -164,6 +164,7 @@ def export_and_compile(config: BuildConfig, on_stage: Callable[[str], None] | No
             required_classes=calls.classes,
             op_libraries=[LIBRARY_NAME],
             is_identity=IdentityModel.is_identity,
+            example_shapes=[config.shape()],
         )
         package_path = compile_package(program, config.output, spec)
 

@@ -102,13 +102,17 @@ def to_package_device(tensors: list[torch.Tensor], spec: PackageSpec) -> list[to
 
 
 def make_random_inputs(spec: PackageSpec, seed: int) -> list[torch.Tensor]:
-    """Seeded standard-normal inputs of the recorded shapes (dynamic dims take their min)."""
+    """Seeded standard-normal inputs of the recorded example shapes (without them,
+    dynamic dims take their minimum)."""
     generator = torch.Generator().manual_seed(seed)
     inputs = []
-    for tensor_spec in spec.inputs:
+    for i, tensor_spec in enumerate(spec.inputs):
         if tensor_spec.dtype not in DTYPES:
             raise InputError(f"cannot generate a random input of dtype {tensor_spec.dtype}; pass --inputs FILE.")
-        shape = [d.min for d in tensor_spec.dims]
+        if i < len(spec.example_shapes):
+            shape = list(spec.example_shapes[i])
+        else:
+            shape = [d.min for d in tensor_spec.dims]
         tensor = torch.randn(shape, generator=generator).to(DTYPES[tensor_spec.dtype])
         inputs.append(tensor.to(spec.device))
     return inputs
