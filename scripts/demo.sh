@@ -6,9 +6,11 @@
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# VENV and BUILD_DIR may be given relative to the current folder.
+abs_path() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 "$ROOT/scripts/setup.sh" || exit $?
-VENV="${VENV:-$ROOT/.venv}"
-BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+VENV="$(abs_path "${VENV:-$ROOT/.venv}")"
+BUILD_DIR="$(abs_path "${BUILD_DIR:-$ROOT/build}")"
 PY="$VENV/bin/python"
 LIB="$BUILD_DIR/libidentity_conv_ops.so"
 cd "$ROOT"

@@ -9,8 +9,10 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="${VENV:-$ROOT/.venv}"
-BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+# VENV and BUILD_DIR may be given relative to the current folder.
+abs_path() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+VENV="$(abs_path "${VENV:-$ROOT/.venv}")"
+BUILD_DIR="$(abs_path "${BUILD_DIR:-$ROOT/build}")"
 TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
 PYTHON="${PYTHON:-python3}"
 

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# For a machine with an NVIDIA GPU: builds with the CUDA kernels (like
+# check_cuda_build.sh) and runs every test marked `cuda`, which are skipped with
+# "needs a CUDA device" elsewhere: the op and class on CUDA tensors in every dtype
+# (non-contiguous too), opcheck on CUDA, export + AOTI compile for --device cuda,
+# and both runners on the CUDA package, bit-exact. A missing GPU is an error here,
+# never a pass by skipping. Extra arguments go to pytest.
+#
+# Environment: as check_cuda_build.sh (VENV, BUILD_DIR, TORCH_SPEC, TORCH_CUDA_ARCH_LIST).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# VENV and BUILD_DIR may be given relative to the current folder.
+abs_path() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+export VENV="$(abs_path "${VENV:-$ROOT/.venv-cuda}")"
+export BUILD_DIR="$(abs_path "${BUILD_DIR:-$ROOT/build-cuda}")"
+export TORCH_SPEC="${TORCH_SPEC:-torch==2.14.1}"
+
+"$ROOT/scripts/check_cuda_build.sh"
+
+if ! "$VENV/bin/python" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  echo "gpu_check: torch.cuda.is_available() is false on this machine; run this where a GPU is visible" >&2
+  exit 2
+fi
+"$VENV/bin/python" -c "import torch; print('GPU:', torch.cuda.get_device_name(0), '| torch', torch.__version__, '| CUDA', torch.version.cuda)"
+
+printf '\n==> running the CUDA tests\n'
+cd "$ROOT"
+IDENTITY_CONV_BUILD_DIR="$BUILD_DIR" IDENTITY_CONV_REQUIRE_CUDA=1 "$VENV/bin/python" -m pytest -m cuda -rs "$@"
