@@ -8,6 +8,7 @@
 #include <torch/cuda.h>
 #include <torch/custom_class.h>
 #include <torch/serialize.h>
+#include <torch/version.h>
 
 #include <dlfcn.h>
 #include <sys/utsname.h>
@@ -37,7 +38,9 @@ std::vector<std::string> split(const std::string& text, char sep) {
   std::string part;
   std::istringstream stream(text);
   while (std::getline(stream, part, sep)) {
-    parts.push_back(part);
+    if (!part.empty()) {  // like the Python reader: "a,,b" is "a", "b"
+      parts.push_back(part);
+    }
   }
   return parts;
 }
@@ -72,6 +75,10 @@ TensorSpec parse_tensor_spec(const std::string& text) {
   }
   TensorSpec spec;
   spec.dtype = text.substr(0, colon);
+  if (spec.dtype.empty()) {
+    throw RunnerError("package metadata is malformed: input spec '" + text +
+                      "' has no dtype. Re-export the package with export_compile.");
+  }
   for (const auto& dim : split(text.substr(colon + 1), ',')) {
     const auto dots = dim.find("..");
     DimSpec d;
@@ -80,6 +87,10 @@ TensorSpec parse_tensor_spec(const std::string& text) {
     } else {
       d.min = parse_int(dim.substr(0, dots), "an input dim range");
       d.max = parse_int(dim.substr(dots + 2), "an input dim range");
+    }
+    if (d.min < 0 || d.min > d.max) {
+      throw RunnerError("package metadata is malformed: input spec '" + text + "' has the empty range '" +
+                        dim + "'. Re-export the package with export_compile.");
     }
     spec.dims.push_back(d);
   }
@@ -263,6 +274,7 @@ PackageSpec read_package_spec(const std::string& path) {
   spec.op_libraries = split(get("op_libraries").value_or(""), ',');
   spec.is_identity = get("is_identity").value_or("0") == "1";
   spec.torch_version = get("torch_version").value_or("unknown");
+  spec.cpu_flags = split(get("cpu_flags").value_or(""), ' ');
   for (const auto& shape : split(get("example_shapes").value_or(""), ';')) {
     std::vector<int64_t> sizes;
     for (const auto& size : split(shape, ',')) {
@@ -301,21 +313,6 @@ void check_required_symbols(const PackageSpec& spec) {
 
 namespace {
 
-// CPU features each token of AOTI's AOTI_CPU_ISA entry compiles for, as Linux names
-// them in /proc/cpuinfo. Kept identical to ISA_CPU_FLAGS in python/.../runtime.py.
-const std::map<std::string, std::vector<std::string>>& isa_cpu_flags() {
-  static const std::map<std::string, std::vector<std::string>> flags = {
-      {"INVALID_VEC_ISA", {}},
-      {"AVX2", {"avx2", "fma", "f16c"}},
-      {"AVX512", {"avx512f", "avx512dq", "avx512vl", "avx512bw", "fma"}},
-      {"AVX512_VNNI", {"avx512_vnni"}},
-      {"AMX_TILE", {"amx_tile", "amx_bf16", "amx_int8"}},
-      {"NEON", {"asimd"}},
-      {"ASIMD", {"asimd"}},
-  };
-  return flags;
-}
-
 std::set<std::string> host_cpu_flags() {
   std::set<std::string> flags;
   std::ifstream cpuinfo("/proc/cpuinfo");
@@ -338,6 +335,10 @@ std::set<std::string> host_cpu_flags() {
   return flags;
 }
 
+std::string base_version(const std::string& version) {
+  return version.substr(0, version.find('+'));  // "2.13.0+cpu" -> "2.13.0"
+}
+
 std::string host_machine() {
   struct utsname info {};
   return uname(&info) == 0 ? std::string(info.machine) : std::string();
@@ -345,33 +346,14 @@ std::string host_machine() {
 
 }  // namespace
 
-std::vector<std::string> missing_cpu_features(const std::string& isa,
-                                              const std::set<std::string>& host_flags) {
-  std::vector<std::string> missing;
-  std::istringstream tokens(isa);
-  std::string token;
-  while (tokens >> token) {
-    std::transform(token.begin(), token.end(), token.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
-    const auto it = isa_cpu_flags().find(token);
-    if (it == isa_cpu_flags().end()) {
-      missing.push_back(token + " (unknown to this runner)");
-      continue;
-    }
-    std::vector<std::string> absent;
-    for (const auto& flag : it->second) {
-      if (!host_flags.count(flag)) {
-        absent.push_back(flag);
-      }
-    }
-    if (!absent.empty()) {
-      missing.push_back(token + " (no " + join(absent, ", ") + ")");
-    }
-  }
-  return missing;
-}
-
 void check_device(const PackageSpec& spec) {
+  const std::string runtime_version = TORCH_VERSION;
+  if (base_version(spec.torch_version) != base_version(runtime_version)) {
+    throw RunnerError("the package was compiled with torch " + spec.torch_version +
+                      ", but this runner is built against torch " + runtime_version +
+                      ". AOTI packages are not portable across torch versions; re-export the "
+                      "package with this torch.");
+  }
   if (spec.device.rfind("cuda", 0) == 0 && !torch::cuda::is_available()) {
     throw RunnerError("the package was compiled for " + spec.device +
                       ", but this process has no usable CUDA device (torch::cuda::is_available() "
@@ -386,15 +368,20 @@ void check_device(const PackageSpec& spec) {
     throw RunnerError("the package was compiled for " + machine + ", but this host is " +
                       host_machine() + ". Re-export the package on this kind of machine.");
   }
-  if (spec.device == "cpu") {
-    const auto isa = spec.raw.count("AOTI_CPU_ISA") ? spec.raw.at("AOTI_CPU_ISA") : "";
-    const auto missing = missing_cpu_features(isa, host_cpu_flags());
-    if (!missing.empty()) {
-      throw RunnerError("the package's CPU kernels were compiled for '" + isa +
-                        "', and this host lacks " + join(missing, "; ") +
-                        ". Running it would crash with an illegal instruction. Re-export the "
-                        "package on this host (or on one with the same CPU features).");
+  const auto host_flags = host_cpu_flags();
+  std::vector<std::string> missing;
+  for (const auto& flag : spec.cpu_flags) {
+    if (!host_flags.count(flag)) {
+      missing.push_back(flag);
     }
+  }
+  if (!missing.empty()) {
+    const auto isa = spec.raw.count("AOTI_CPU_ISA") ? spec.raw.at("AOTI_CPU_ISA") : "?";
+    throw RunnerError("the package was compiled (with -march=native, AOTI ISA '" + isa +
+                      "') on a CPU with " + join(missing, ", ") +
+                      ", which this host lacks. Running it could crash with an illegal "
+                      "instruction. Re-export the package on this host or one with the same CPU "
+                      "features.");
   }
 }
 
@@ -538,8 +525,13 @@ std::vector<at::Tensor> validate_inputs(const std::vector<at::Tensor>& inputs,
       throw RunnerError(name + ": expected a tensor on " + spec.device + ", got one on " +
                         device + ".");
     }
-    // AOTI reads inputs as dense row-major buffers; strided inputs would be misread.
-    ready.push_back(t.is_contiguous() ? t : t.contiguous());
+    if (t.layout() != at::kStrided) {
+      throw RunnerError(name + ": expected a dense (strided) tensor, got layout " +
+                        c10::str(t.layout()) + ".");
+    }
+    // AOTI reads inputs as dense row-major buffers: strided inputs would be misread,
+    // and lazy negation/conjugation bits must be applied first.
+    ready.push_back(t.resolve_conj().resolve_neg().contiguous());
   }
   return ready;
 }
@@ -556,8 +548,8 @@ std::vector<at::Tensor> run_package(const std::string& path,
 
 BitReport compare_bits(const at::Tensor& actual_in, const at::Tensor& expected_in) {
   BitReport report;
-  const auto actual = actual_in.cpu().contiguous();
-  const auto expected = expected_in.cpu().contiguous();
+  const auto actual = actual_in.cpu().resolve_conj().resolve_neg().contiguous();
+  const auto expected = expected_in.cpu().resolve_conj().resolve_neg().contiguous();
   report.numel = expected.numel();
   if (actual.scalar_type() != expected.scalar_type()) {
     report.num_differ = report.numel;

@@ -59,6 +59,8 @@ struct PackageSpec {
   std::string torch_version;
   // The shapes the package was verified at; random inputs use them.
   std::vector<std::vector<int64_t>> example_shapes;
+  // Instruction-set flags of the compile host (AOTI compiles with -march=native).
+  std::vector<std::string> cpu_flags;
   std::map<std::string, std::string> raw;  // every metadata entry, for --inspect
 };
 
@@ -72,13 +74,10 @@ PackageSpec read_package_spec(const std::string& path);
 // library registered, and the library to pass.
 void check_required_symbols(const PackageSpec& spec);
 
-// Throws if the package targets a device, machine or CPU ISA this process cannot
-// run (instead of failing at load or dying with SIGILL).
+// Throws if the package targets a torch version, device, machine or CPU this
+// process cannot run (instead of failing at load or dying with SIGILL).
 void check_device(const PackageSpec& spec);
 
-// Which tokens of an AOTI_CPU_ISA entry the given CPU flags do not cover.
-std::vector<std::string> missing_cpu_features(const std::string& isa,
-                                              const std::set<std::string>& host_flags);
 
 // The facts --inspect prints, as ordered (name, value) rows.
 std::vector<std::pair<std::string, std::string>> describe_package(const PackageSpec& spec);

@@ -4,7 +4,8 @@
 # "needs a CUDA device" elsewhere: the op and class on CUDA tensors in every dtype
 # (non-contiguous too), opcheck on CUDA, export + AOTI compile for --device cuda,
 # and both runners on the CUDA package, bit-exact. A missing GPU is an error here,
-# never a pass by skipping. Extra arguments go to pytest.
+# never a pass by skipping. Extra arguments go to pytest, which runs from the
+# repository root (paths in them are relative to it).
 #
 # Environment: as check_cuda_build.sh (VENV, BUILD_DIR, TORCH_SPEC, TORCH_CUDA_ARCH_LIST).
 set -euo pipefail

@@ -42,7 +42,9 @@ fi
 
 # The venv's cmake (4.x) can set C++20 for nvcc; its ninja keeps the build reproducible.
 export PATH="$VENV/bin:$PATH"
-if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+# Configure on the first run, and again whenever CMAKE_ARGS asks for options, so a
+# reused build folder cannot silently keep older ones (e.g. -Werror off).
+if [[ ! -f "$BUILD_DIR/build.ninja" || -n "${CMAKE_ARGS:-}" ]]; then
   step "configuring $BUILD_DIR (CMake + Ninja)"
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja \
     -DCMAKE_BUILD_TYPE=Release \

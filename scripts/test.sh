@@ -6,10 +6,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # VENV and BUILD_DIR may be given relative to the current folder.
 abs_path() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
-"$ROOT/scripts/setup.sh"
 VENV="$(abs_path "${VENV:-$ROOT/.venv}")"
+export IDENTITY_CONV_BUILD_DIR="$(abs_path "${BUILD_DIR:-$ROOT/build}")"
+"$ROOT/scripts/setup.sh"
 
 printf '\n==> running the test suite\n'
 cd "$ROOT"
-export IDENTITY_CONV_BUILD_DIR="$(abs_path "${BUILD_DIR:-$ROOT/build}")"
 "$VENV/bin/python" -m pytest "$@"

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from conftest import rewrite_metadata, run_cmd
 from identity_conv.cli.run_inference import app as run_inference_app
+from identity_conv.host import instruction_set_flags
 
 
 @dataclass(frozen=True)
@@ -114,8 +115,16 @@ CASES = [
          package=crafted({"identity_conv.inputs": None})),
     Case("package-for-cuda", "the package was compiled for cuda",
          package=crafted({"identity_conv.device": "cuda", "AOTI_DEVICE_KEY": "cuda"})),
-    Case("package-cpu-isa-missing", "this host lacks AVX1024 (unknown to this runner)",
-         package=crafted({"AOTI_CPU_ISA": "AVX2 AVX1024"})),
+    Case("package-cpu-flag-missing", "on a CPU with avx1024, which this host lacks",
+         package=crafted({"identity_conv.cpu_flags": " ".join(instruction_set_flags() + ["avx1024"])})),
+    Case("package-other-torch", "the package was compiled with torch 1.0.0",
+         package=crafted({"identity_conv.torch_version": "1.0.0"})),
+    Case("package-unknown-device", "which this runner does not support (cpu or cuda)",
+         package=crafted({"identity_conv.device": "tpu"})),
+    Case("package-malformed-spec", "package metadata is malformed: input spec 'float32",
+         package=crafted({"identity_conv.inputs": "float32"})),
+    Case("package-empty-range", "package metadata is malformed: input spec 'float32:2,3,8..4,12'",
+         package=crafted({"identity_conv.inputs": "float32:2,3,8..4,12"})),
     Case("package-other-machine", "the package was compiled for riscv64",
          package=crafted({"AOTI_MACHINE": "riscv64"})),
 ]
@@ -165,6 +174,20 @@ def test_good_case_passes_in_both_runtimes(ctx, build, op_library):
     assert code == 0, output
 
 
+def test_lazily_negated_input_is_resolved_in_both_runtimes(ctx, build, op_library):
+    # A _neg_view keeps its neg bit through torch.save; AOTI must see -x, not x.
+    x = torch.randn(2, 3, 8, 12)
+    inputs = ctx.tmp / "neg.pt"
+    torch.save([x._neg_view()], inputs)
+    code, output = run_python(ctx.static, op_library, inputs, ctx.tmp / "py.pt")
+    assert code == 0, output
+    code, output = run_cpp(build.runner, ctx.static, op_library, inputs, ctx.tmp / "cpp.pt")
+    assert code == 0, output
+    expected = (-x).view(torch.int32)
+    assert torch.equal(torch.load(ctx.tmp / "py.pt")[0].view(torch.int32), expected)
+    assert torch.equal(torch.load(ctx.tmp / "cpp.pt")[0].view(torch.int32), expected)
+
+
 def test_dynamic_package_runs_any_shape_in_range_in_both_runtimes(ctx, build, op_library):
     for shape in [(1, 3, 1, 1), (8, 3, 64, 64), (5, 3, 17, 3)]:
         x = torch.randn(shape)
@@ -201,6 +224,16 @@ def test_bad_op_library_in_both_runtimes(ctx, build, lib, python_message, cpp_me
     code, output = run_cpp(build.runner, ctx.static, paths[lib], None, outputs)
     assert code == 2 and cpp_message in output, output
     assert not outputs.exists()
+
+
+def test_sparse_input_is_rejected_by_the_python_runtime(compiled_package):
+    from identity_conv.errors import InputError
+    from identity_conv.package import read_package_spec
+    from identity_conv.runtime import validate_inputs
+
+    spec = read_package_spec(compiled_package.path)
+    with pytest.raises(InputError, match="input\\[0\\]: expected a dense .strided. tensor, got layout torch.sparse_coo"):
+        validate_inputs([torch.randn(2, 3, 8, 12).to_sparse()], spec)
 
 
 def test_meta_device_input_is_rejected_by_the_python_runtime(compiled_package):

@@ -173,12 +173,17 @@ def test_inspect_package_table_and_json_match_the_cpp_runner(build, dynamic_pack
 
     cpp = run_cmd(build.runner, dynamic_package, "--inspect")
     assert cpp.returncode == 0, cpp.stderr
-    cpp_rows = dict(line.split(": ", 1) for line in cpp.stdout.splitlines()[1:] if ": " in line)
-    assert cpp_rows["input[0]"] == "[1..8, 3, 1..64, 1..64] float32"
-    assert cpp_rows["cpu isa"] == data["aoti"]["AOTI_CPU_ISA"]
-    for name, value in cpp_rows.items():
-        if value:
-            assert value in table.output, name
+    lines = cpp.stdout.splitlines()
+    assert lines[0] == f"package: {dynamic_package}"
+    cpp_rows = [tuple(line.split(": ", 1)) if ": " in line else (line.rstrip(":"), "") for line in lines[1:]]
+    # The same rows, names and order in both runtimes.
+    from identity_conv.package import read_package_spec
+
+    assert cpp_rows == read_package_spec(dynamic_package).describe()
+    assert dict(cpp_rows)["input[0]"] == "[1..8, 3, 1..64, 1..64] float32"
+    assert dict(cpp_rows)["cpu isa"] == data["aoti"]["AOTI_CPU_ISA"]
+    for name, value in cpp_rows:
+        assert name in table.output and value in table.output
 
 
 def test_inspect_package_bad_file_exits_2(tmp_path):

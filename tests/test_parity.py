@@ -19,6 +19,7 @@ from identity_conv.parity import (
     matrix_passed,
 )
 
+# Spelled out here, not imported: the test pins what the matrix may excuse.
 EXPLAINED_KINDS = {"-0.0 became +0.0", "NaN payload or sign changed", "subnormal flushed to zero"}
 
 
@@ -66,6 +67,22 @@ def test_cell_fails_when_a_runtime_pair_differs(parity_matrix):
     assert not cell_passed(broken)
     assert not matrix_passed([broken])
     assert not matrix_passed([])
+
+
+def test_cell_fails_on_unexplained_or_random_input_deviations(parity_matrix):
+    from dataclasses import replace
+
+    from identity_conv.parity import LayerChange
+    from identity_conv.verify import BitReport
+
+    _, results = parity_matrix
+    special = next(c for c in results if c.input_kind == "special")
+    assert cell_passed(special)
+    odd = LayerChange("layer1 (native depthwise conv)", False, BitReport(False, 1, 1), {"other": 1})
+    assert not cell_passed(replace(special, layer_changes=[odd]))
+    custom = LayerChange("layer3 (identity_conv_op)", True, BitReport(False, 1, 1), {"-0.0 became +0.0": 1})
+    assert not cell_passed(replace(special, layer_changes=[custom]))
+    assert not cell_passed(replace(special, input_kind="random"))
 
 
 def test_classify_changes_names_each_kind():

@@ -67,3 +67,21 @@ def test_broken_package_files(tmp_path, content, message):
 def test_missing_package(tmp_path):
     with pytest.raises(PackageError, match="package not found"):
         read_package_spec(tmp_path / "absent.pt2")
+
+
+def test_instruction_set_flags_keep_isa_flags_only():
+    from identity_conv.host import instruction_set_flags, missing_cpu_flags
+
+    x86 = {"fpu", "sse2", "avx2", "avx512f", "avx512_vnni", "amx_tile", "hypervisor", "tsc", "fma", "lm"}
+    assert instruction_set_flags(x86) == ["amx_tile", "avx2", "avx512_vnni", "avx512f", "fma", "sse2"]
+    arm = {"fp", "asimd", "sve", "bf16"}
+    assert instruction_set_flags(arm) == ["asimd", "bf16", "fp", "sve"]
+    assert missing_cpu_flags(["avx2", "avx512f"], {"avx2"}) == ["avx512f"]
+
+
+@pytest.mark.parametrize("text", ["float32", ":1,2", "float32:1..", "float32:4..2", "float32:-1", "float32:a"])
+def test_malformed_input_specs_are_refused(text):
+    from identity_conv.package import TensorSpec
+
+    with pytest.raises(PackageError, match="package metadata is malformed"):
+        TensorSpec.decode(text)

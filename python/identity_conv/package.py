@@ -60,15 +60,23 @@ class TensorSpec:
 
     @classmethod
     def decode(cls, text: str) -> "TensorSpec":
-        dtype, _, dims = text.partition(":")
+        """``"float32:1..8,3,224,224"`` -> TensorSpec. The grammar is strict and the
+        same as the C++ runner's: a dtype, a colon, then N or MIN..MAX per dim with
+        0 <= MIN <= MAX."""
+        dtype, colon, dims = text.partition(":")
+        parsed = []
         try:
-            parsed = []
+            if not colon or not dtype:
+                raise ValueError("no dtype")
             for dim in dims.split(",") if dims else []:
-                low, _, high = dim.partition("..")
-                parsed.append(DimSpec(int(low), int(high or low)))
+                low, dots, high = dim.partition("..")
+                d = DimSpec(int(low), int(high) if dots else int(low))
+                if not 0 <= d.min <= d.max:
+                    raise ValueError(f"empty range {dim}")
+                parsed.append(d)
         except ValueError as error:
             raise PackageError(
-                f"package metadata is malformed: input spec {text!r}. "
+                f"package metadata is malformed: input spec {text!r} ({error}). "
                 "Re-export the package with export_compile."
             ) from error
         return cls(tuple(parsed), dtype)
@@ -88,6 +96,9 @@ class PackageSpec:
     aoti: dict[str, str] = field(default_factory=dict)  # AOTI's own entries (CPU ISA, ...)
     # The shapes the package was verified at; runners draw random inputs of these.
     example_shapes: list[tuple[int, ...]] = field(default_factory=list)
+    # Instruction-set flags of the compile host. AOTI compiles with -march=native, so
+    # the kernels may use any of them; a host that lacks one could die with SIGILL.
+    cpu_flags: list[str] = field(default_factory=list)
 
     def to_metadata(self) -> dict[str, str]:
         entries = {
@@ -100,6 +111,7 @@ class PackageSpec:
             "is_identity": "1" if self.is_identity else "0",
             "torch_version": self.torch_version,
             "example_shapes": ";".join(",".join(map(str, shape)) for shape in self.example_shapes),
+            "cpu_flags": " ".join(self.cpu_flags),
         }
         return {META_PREFIX + key: value for key, value in entries.items()}
 
@@ -133,6 +145,7 @@ class PackageSpec:
             "is_identity": self.is_identity,
             "torch_version": self.torch_version,
             "example_shapes": [list(shape) for shape in self.example_shapes],
+            "cpu_flags": self.cpu_flags,
             "aoti": self.aoti,
         }
 
@@ -160,6 +173,7 @@ class PackageSpec:
             torch_version=get("torch_version", "unknown"),
             aoti={k: v for k, v in metadata.items() if not k.startswith(META_PREFIX)},
             example_shapes=_decode_shapes(get("example_shapes")),
+            cpu_flags=get("cpu_flags").split(),
         )
 
 

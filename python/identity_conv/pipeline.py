@@ -15,6 +15,7 @@ import torch
 
 from .compile import compile_package
 from .errors import ExportError, InputError
+from .host import instruction_set_flags
 from .export import GraphCalls, export_model, graph_calls, input_specs
 from .model import IdentityModel
 from .ops import LIBRARY_NAME, load_op_library
@@ -165,6 +166,7 @@ def export_and_compile(config: BuildConfig, on_stage: Callable[[str], None] | No
             op_libraries=[LIBRARY_NAME],
             is_identity=IdentityModel.is_identity,
             example_shapes=[config.shape()],
+            cpu_flags=instruction_set_flags(),
         )
         package_path = compile_package(program, config.output, spec)
 

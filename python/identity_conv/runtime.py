@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from .errors import InputError, PackageError
+from .host import host_cpu_flags, missing_cpu_flags
 from .package import DTYPES, PackageSpec, dtype_name
 
 
@@ -34,46 +35,24 @@ def check_required_symbols(spec: PackageSpec) -> None:
         )
 
 
-# CPU features each token of AOTI's AOTI_CPU_ISA entry compiles for, as Linux
-# names them in /proc/cpuinfo (from the -m flags in torch/_inductor/cpu_vec_isa.py).
-ISA_CPU_FLAGS: dict[str, tuple[str, ...]] = {
-    "INVALID_VEC_ISA": (),
-    "AVX2": ("avx2", "fma", "f16c"),
-    "AVX512": ("avx512f", "avx512dq", "avx512vl", "avx512bw", "fma"),
-    "AVX512_VNNI": ("avx512_vnni",),
-    "AMX_TILE": ("amx_tile", "amx_bf16", "amx_int8"),
-    "NEON": ("asimd",),
-    "ASIMD": ("asimd",),
-}
-
-
-def host_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
-    """The CPU feature flags of this host ("flags" on x86, "Features" on Arm)."""
-    flags: set[str] = set()
-    for line in cpuinfo.read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            flags.update(value.split())
-    return flags
-
-
-def missing_cpu_features(isa: str, host_flags: set[str]) -> list[str]:
-    """Which parts of a package's AOTI_CPU_ISA this host lacks. An ISA token this
-    toolkit does not know is reported as missing: it cannot be proven safe."""
-    missing = []
-    for token in isa.upper().split():
-        if token not in ISA_CPU_FLAGS:
-            missing.append(f"{token} (unknown to this runner)")
-            continue
-        absent = [flag for flag in ISA_CPU_FLAGS[token] if flag not in host_flags]
-        if absent:
-            missing.append(f"{token} (no {', '.join(absent)})")
-    return missing
+def _base_version(version: str) -> str:
+    """"2.13.0+cpu" -> "2.13.0": the local suffix names the build, not the ABI."""
+    return version.split("+", 1)[0]
 
 
 def check_device(spec: PackageSpec) -> None:
-    """Raise PackageError if the package targets a device, machine or CPU ISA this
-    process cannot run, instead of failing at load or dying with SIGILL."""
+    """Raise PackageError if the package targets a torch version, device, machine or
+    CPU this process cannot run, instead of failing at load or dying with SIGILL."""
+    if _base_version(spec.torch_version) != _base_version(torch.__version__):
+        raise PackageError(
+            f"the package was compiled with torch {spec.torch_version}, but this process runs "
+            f"torch {torch.__version__}. AOTI packages are not portable across torch versions; "
+            "re-export the package with this torch."
+        )
+    if spec.device != "cpu" and not spec.device.startswith("cuda"):
+        raise PackageError(
+            f"the package was compiled for device {spec.device!r}, which this runner does not support (cpu or cuda)."
+        )
     if spec.device.startswith("cuda") and not torch.cuda.is_available():
         raise PackageError(
             f"the package was compiled for {spec.device}, but this process has no usable "
@@ -85,15 +64,13 @@ def check_device(spec: PackageSpec) -> None:
             f"the package was compiled for {machine}, but this host is {platform.machine()}. "
             "Re-export the package on this kind of machine."
         )
-    if spec.device == "cpu":
-        isa = spec.aoti.get("AOTI_CPU_ISA", "")
-        missing = missing_cpu_features(isa, host_cpu_flags())
-        if missing:
-            raise PackageError(
-                f"the package's CPU kernels were compiled for {isa!r}, and this host lacks "
-                f"{'; '.join(missing)}. Running it would crash with an illegal instruction. "
-                "Re-export the package on this host (or on one with the same CPU features)."
-            )
+    missing = missing_cpu_flags(spec.cpu_flags, host_cpu_flags())
+    if missing:
+        raise PackageError(
+            f"the package was compiled (with -march=native, AOTI ISA {spec.aoti.get('AOTI_CPU_ISA', '?')!r}) "
+            f"on a CPU with {', '.join(missing)}, which this host lacks. Running it could crash with an "
+            "illegal instruction. Re-export the package on this host or one with the same CPU features."
+        )
 
 
 def to_package_device(tensors: list[torch.Tensor], spec: PackageSpec) -> list[torch.Tensor]:
@@ -151,7 +128,10 @@ def validate_inputs(inputs: list[torch.Tensor], spec: PackageSpec) -> list[torch
             )
         if tensor.device.type != torch.device(spec.device).type:
             raise InputError(f"{name}: expected a tensor on {spec.device}, got one on {tensor.device}.")
-        ready.append(tensor.contiguous())
+        if tensor.layout != torch.strided:
+            raise InputError(f"{name}: expected a dense (strided) tensor, got layout {tensor.layout}.")
+        # AOTI reads raw dense memory: lazy negation/conjugation bits must be applied first.
+        ready.append(tensor.resolve_conj().resolve_neg().contiguous())
     return ready
 
 
@@ -185,6 +165,6 @@ def load_package(path: str | Path, spec: PackageSpec) -> LoadedPackage:
 
     Call ``load_op_library`` first; ``spec`` comes from ``read_package_spec``.
     """
-    check_device(spec)
     check_required_symbols(spec)
+    check_device(spec)
     return LoadedPackage(path, spec)

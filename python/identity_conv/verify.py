@@ -49,7 +49,8 @@ def _fmt(value: float | None) -> str:
 
 def bit_view(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor's bits as a flat tensor of same-width integers (on the CPU)."""
-    tensor = tensor.detach().cpu().contiguous()
+    # Lazy negation/conjugation bits are applied first: they change the values.
+    tensor = tensor.detach().cpu().resolve_conj().resolve_neg().contiguous()
     return tensor.view(_INT_OF_WIDTH[tensor.element_size()]).flatten()
 
 
@@ -84,8 +85,8 @@ def compare_bits(actual: torch.Tensor, expected: torch.Tensor) -> BitReport:
         return BitReport(True, numel, 0)
     flat = int(differ.nonzero()[0])
     index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(expected.shape)))
-    a64 = actual.detach().cpu().flatten().double()
-    e64 = expected.detach().cpu().flatten().double()
+    a64 = actual.detach().cpu().resolve_neg().flatten().double()
+    e64 = expected.detach().cpu().resolve_neg().flatten().double()
     finite = a64.isfinite() & e64.isfinite()
     max_abs = float(torch.where(finite, (a64 - e64).abs(), torch.zeros_like(a64)).max())
     width = 2 * actual.element_size()
