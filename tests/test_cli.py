@@ -56,7 +56,7 @@ def test_export_compile_missing_op_library_is_a_clear_error(tmp_path):
     result = runner.invoke(export_compile_app, ["--op-lib", str(tmp_path / "none.so"),
                                                 "--output", str(tmp_path / "m.pt2")])
     assert result.exit_code == 2
-    assert f"could not find the op library" in result.output and str(tmp_path / "none.so") in result.output
+    assert "could not find the op library" in result.output and str(tmp_path / "none.so") in result.output
 
 
 def test_run_inference_happy_path(compiled_package, op_library, tmp_path):

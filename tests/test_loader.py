@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from conftest import REPO_ROOT
-from identity_conv import ops
 from identity_conv.errors import OpLibraryError
 from identity_conv.ops import LIBRARY_ENV_VAR, library_candidates, load_op_library
 

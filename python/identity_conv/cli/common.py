@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from ..errors import EXIT_USAGE, IdentityConvError
+from ..verify import BitReport
 
 # Markup is off: messages carry paths and shapes such as "[tensor, ...]" that rich
 # would otherwise take for style tags. Styles are passed explicitly instead. Lines
@@ -41,3 +45,39 @@ def exit_with(error: Exception) -> NoReturn:
 
 def verdict(passed: bool) -> Text:
     return Text("PASSED", style="bold green") if passed else Text("FAILED", style="bold red")
+
+
+@contextmanager
+def step_progress(total: int) -> Iterator[Callable[[str], None]]:
+    """A progress bar over ``total`` named steps. Yields the callback a stage
+    function calls as each step starts; the bar advances as the next one begins."""
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}", markup=False),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    with progress:
+        task = progress.add_task("starting", total=total)
+        started: list[str] = []
+
+        def on_step(name: str) -> None:
+            if started:
+                progress.advance(task)
+            started.append(name)
+            progress.update(task, description=name)
+
+        yield on_step
+        progress.update(task, completed=total, description="done")
+
+
+def print_bit_reports(reports: list[tuple[str, BitReport]]) -> bool:
+    """Print one "label (bitwise): report" line each, then the verdict; True if all
+    are identical."""
+    for label, report in reports:
+        console.print(f"{label} (bitwise): {report}")
+    passed = bool(reports) and all(report.identical for _, report in reports)
+    console.print(verdict(passed))
+    return passed

@@ -11,7 +11,7 @@ import typer
 from ..errors import EXIT_MISMATCH
 from ..tensor_io import load_tensors
 from ..verify import compare_tensor_lists
-from .common import console, exit_with, verdict
+from .common import exit_with, print_bit_reports
 
 app = typer.Typer(add_completion=False)
 
@@ -30,11 +30,7 @@ def compare_tensors(
         reports = compare_tensor_lists(load_tensors(actual), load_tensors(expected))
     except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)
-    for i, report in enumerate(reports):
-        console.print(f"tensor[{i}] (bitwise): {report}")
-    passed = all(report.identical for report in reports)
-    console.print(verdict(passed))
-    if not passed:
+    if not print_bit_reports([(f"tensor[{i}]", report) for i, report in enumerate(reports)]):
         raise typer.Exit(EXIT_MISMATCH)
 
 

@@ -9,13 +9,12 @@ from typing import Annotated, Optional
 
 import torch
 import typer
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from ..errors import EXIT_MISMATCH, IdentityConvError
 from ..pipeline import DEFAULT_RANGES, STAGES, BuildConfig, export_and_compile
-from .common import console, exit_with, verdict
+from .common import console, exit_with, step_progress, verdict
 
 app = typer.Typer(add_completion=False, rich_markup_mode="rich")
 
@@ -119,28 +118,9 @@ def export_compile(
             "width": _parse_range("--width-range", width_range),
         },
     )
-    progress = Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}", markup=False),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    )
     try:
-        with progress:
-            task = progress.add_task("starting", total=len(STAGES))
-            started: list[str] = []
-
-            def on_stage(name: str) -> None:
-                if started:
-                    progress.advance(task)
-                started.append(name)
-                progress.update(task, description=name)
-
+        with step_progress(len(STAGES)) as on_stage:
             result = export_and_compile(config, on_stage=on_stage)
-            progress.update(task, completed=len(STAGES), description="done")
     except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)
 

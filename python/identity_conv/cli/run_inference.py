@@ -14,7 +14,7 @@ from ..package import read_package_spec
 from ..runtime import load_package, make_random_inputs, to_package_device
 from ..tensor_io import load_tensors, save_tensors
 from ..verify import compare_tensor_lists
-from .common import console, exit_with, verdict
+from .common import console, exit_with, print_bit_reports
 
 app = typer.Typer(add_completion=False, rich_markup_mode="rich")
 
@@ -64,11 +64,8 @@ def run_inference(
     except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)
 
-    for i, report in enumerate(reports):
-        console.print(f"verify: output[{i}] vs input[{i}] (bitwise): {report}")
-    passed = all(report.identical for report in reports)
-    console.print(verdict(passed))
-    if not passed:
+    labels = [f"verify: output[{i}] vs input[{i}]" for i in range(len(reports))]
+    if not print_bit_reports(list(zip(labels, reports))):
         raise typer.Exit(EXIT_MISMATCH)
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -16,7 +15,7 @@ from ..errors import EXIT_MISMATCH, IdentityConvError
 from ..ops import load_op_library
 from ..package import DTYPES
 from ..parity import IDENTITY_PAIR, INPUT_KINDS, RUNTIME_PAIRS, SHAPE_MODES, cell_passed, matrix_passed, run_matrix
-from .common import console, exit_with, verdict
+from .common import console, exit_with, step_progress, verdict
 
 app = typer.Typer(add_completion=False)
 
@@ -51,19 +50,8 @@ def verify_matrix(
         library = load_op_library(op_lib)
         axes = (_split(dtypes), _split(shapes), _split(inputs))
         steps = len(axes[0]) * len(axes[1]) * (1 + len(axes[2]))
-        with Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(),
-                      TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console) as progress:
-            task = progress.add_task("starting", total=steps)
-            started: list[str] = []
-
-            def on_step(description: str) -> None:
-                if started:
-                    progress.advance(task)
-                started.append(description)
-                progress.update(task, description=description)
-
+        with step_progress(steps) as on_step:
             results = run_matrix(work_dir, runner, library, *axes, on_step=on_step)
-            progress.update(task, completed=steps, description="done")
     except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)
 
