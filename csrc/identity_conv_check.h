@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 
 namespace identity_conv {
@@ -45,10 +46,26 @@ inline at::Tensor reject_sparse_input(const at::Tensor& x) {
   TORCH_INTERNAL_ASSERT(false, "unreachable: a sparse tensor passed the layout check");
 }
 
-// Bit-exact copy of any-strided `x` into the contiguous `out` (same shape and
-// dtype), done as an integer copy so the values are never interpreted as floats.
+// The out= variant's extra checks: out must match x, and must not overlap it.
+inline void check_identity_conv_out(const at::Tensor& x, const at::Tensor& out, const char* where) {
+  check_identity_conv_input(x, where);
+  TORCH_CHECK(out.defined() && out.layout() == at::kStrided,
+              where, ": expected a dense (strided) out tensor");
+  TORCH_CHECK(out.scalar_type() == x.scalar_type(),
+              where, ": expected out of dtype ", x.scalar_type(), ", got ", out.scalar_type());
+  TORCH_CHECK(out.sizes() == x.sizes(),
+              where, ": expected out of shape ", x.sizes(), ", got ", out.sizes());
+  TORCH_CHECK(out.device() == x.device(),
+              where, ": expected out on ", x.device(), ", got ", out.device());
+  TORCH_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes,
+              where, ": out has internal overlap (e.g. an expanded tensor); pass a dense tensor");
+  at::assert_no_overlap(out, x);
+}
+
+// Bit-exact copy of any-strided `x` into `out` (same shape and dtype, any strides),
+// done as an integer copy so the values are never interpreted as floats.
 // Works on any device: TensorIterator runs it on the current stream.
-inline void strided_bit_copy(at::Tensor& out, const at::Tensor& x) {
+inline void strided_bit_copy(const at::Tensor& out, const at::Tensor& x) {
   const auto int_dtype = same_width_int_dtype(x.scalar_type());
   out.view(int_dtype).copy_(x.view(int_dtype));
 }

@@ -35,11 +35,21 @@ at::Tensor identity_conv_cpu(const at::Tensor& x) {
   return out;
 }
 
+void identity_conv_out_cpu(const at::Tensor& x, const at::Tensor& out) {
+  check_identity_conv_out(x, out, "my_ops::identity_conv_op_out");
+  TORCH_CHECK(x.device().is_cpu(),
+              "my_ops::identity_conv_op_out (CPU kernel): expected CPU tensors, got ", x.device());
+  if (x.numel() > 0) {
+    strided_bit_copy(out, x);
+  }
+}
+
 }  // namespace
 }  // namespace identity_conv
 
 TORCH_LIBRARY_IMPL(my_ops, CPU, m) {
   m.impl("identity_conv_op", &identity_conv::identity_conv_cpu);
+  m.impl("identity_conv_op_out", &identity_conv::identity_conv_out_cpu);
 }
 
 TORCH_LIBRARY_IMPL(my_ops, SparseCPU, m) {

@@ -2,6 +2,8 @@
 // Kernels live in identity_conv_cpu.cpp and identity_conv_cuda.cu; this file only
 // declares what the library offers, in one TORCH_LIBRARY block.
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
@@ -44,13 +46,35 @@ class IdentityConvClass : public torch::CustomClassHolder {
   int64_t channels_;
 };
 
+// Autograd kernel of the out= variant. Like PyTorch's own out= functions it is not
+// differentiable; without this kernel a gradient would be dropped silently.
+void identity_conv_out_autograd(const at::Tensor& x, const at::Tensor& out) {
+  TORCH_CHECK(
+      !(at::GradMode::is_enabled() && (x.requires_grad() || out.requires_grad())),
+      "my_ops::identity_conv_op_out: out= variants do not support autograd, and an input "
+      "requires grad. Use my_ops::identity_conv_op for training, or call this under "
+      "torch.no_grad().");
+  at::AutoDispatchBelowADInplaceOrView guard;
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("my_ops::identity_conv_op_out", "")
+                             .typed<void(const at::Tensor&, const at::Tensor&)>();
+  op.call(x, out);
+}
+
 }  // namespace identity_conv
+
+TORCH_LIBRARY_IMPL(my_ops, Autograd, m) {
+  m.impl("identity_conv_op_out", &identity_conv::identity_conv_out_autograd);
+}
 
 TORCH_LIBRARY(my_ops, m) {
   using identity_conv::IdentityConvClass;
 
   // Returns a new contiguous tensor with exactly the bits of x (float dtypes only).
   m.def("identity_conv_op(Tensor x) -> Tensor");
+
+  // Writes exactly the bits of x into out (same shape and dtype, any strides).
+  m.def("identity_conv_op_out(Tensor x, Tensor(a!) out) -> ()");
 
   // Stateful identity layer holding `channels`; forward checks dim 1 then copies bits.
   m.class_<IdentityConvClass>("IdentityConvClass")

@@ -47,3 +47,29 @@ class IdentityModel(nn.Module):
             ("layer3 (identity_conv_op)", torch.ops.my_ops.identity_conv_op, True),
             ("layer4 (native depthwise conv)", self.layer4, False),
         ]
+
+
+class IdentityOutModel(IdentityModel):
+    """The IdentityModel with layer3 through the mutable out= variant: allocate the
+    output, then let ``my_ops::identity_conv_op_out`` write it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.layer1(x)
+        x = self.layer2.forward(x)
+        out = torch.empty_like(x)
+        torch.ops.my_ops.identity_conv_op_out(x, out)
+        return self.layer4(out)
+
+    def named_layers(self) -> list[tuple[str, Callable[[torch.Tensor], torch.Tensor], bool]]:
+        layers = super().named_layers()
+        layers[2] = ("layer3 (identity_conv_op_out)", _call_out_variant, True)
+        return layers
+
+
+def _call_out_variant(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    torch.ops.my_ops.identity_conv_op_out(x, out)
+    return out
+
+
+MODEL_VARIANTS: dict[str, type[IdentityModel]] = {"functional": IdentityModel, "out": IdentityOutModel}

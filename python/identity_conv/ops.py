@@ -1,6 +1,6 @@
-"""Loads the op library (libidentity_conv_ops.so) and registers the Python fakes
-that torch.export and torch.compile need: a fake kernel for the op and a fake class
-for the torchbind class. The schemas themselves live in C++ only."""
+"""Loads the op library (libidentity_conv_ops.so) and registers what Python adds to
+it: fake kernels for torch.export and torch.compile, a fake class for the torchbind
+class, and the op's autograd formula. The schemas themselves live in C++ only."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from .errors import OpLibraryError
 LIBRARY_NAME = "libidentity_conv_ops.so"
 LIBRARY_ENV_VAR = "IDENTITY_CONV_OPS_LIB"
 OP_NAME = "my_ops::identity_conv_op"
+OUT_OP_NAME = "my_ops::identity_conv_op_out"
 CLASS_NAME = "my_ops::IdentityConvClass"
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -140,6 +141,39 @@ def _fake_identity_conv(x: torch.Tensor) -> torch.Tensor:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
+def identity_conv_out(x: torch.Tensor, out: torch.Tensor) -> None:
+    """Typed wrapper of ``my_ops::identity_conv_op_out``.
+
+    Args:
+        x: a float16, bfloat16, float32 or float64 tensor of any strides.
+        out: a tensor of x's shape, dtype and device (any strides); it receives
+            exactly the bits of ``x``.
+    """
+    torch.ops.my_ops.identity_conv_op_out(x, out)
+
+
+def _fake_identity_conv_out(x: torch.Tensor, out: torch.Tensor) -> None:
+    """Fake kernel of ``my_ops::identity_conv_op_out``: it returns nothing; the
+    schema's ``Tensor(a!) out`` tells tracing that ``out`` is written.
+
+    Args:
+        x: a fake tensor.
+        out: a fake tensor of x's shape and dtype.
+    """
+    torch._check(out.shape == x.shape, lambda: f"expected out of shape {list(x.shape)}, got {list(out.shape)}")
+    torch._check(out.dtype == x.dtype, lambda: f"expected out of dtype {x.dtype}, got {out.dtype}")
+
+
+def _identity_conv_setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    """The gradient of an identity needs nothing saved."""
+
+
+def _identity_conv_backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+    """d(identity)/dx is the identity: the incoming gradient, copied by the op itself,
+    so the backward is made of an op torch.compile already understands."""
+    return torch.ops.my_ops.identity_conv_op(grad)
+
+
 class FakeIdentityConvClass:
     """Fake of the torchbind class ``my_ops::IdentityConvClass`` for tracing."""
 
@@ -172,5 +206,7 @@ def _register_fakes() -> None:
     if _fakes_registered:
         return
     torch.library.register_fake(OP_NAME)(_fake_identity_conv)
+    torch.library.register_fake(OUT_OP_NAME)(_fake_identity_conv_out)
+    torch.library.register_autograd(OP_NAME, _identity_conv_backward, setup_context=_identity_conv_setup_context)
     torch._library.register_fake_class(CLASS_NAME)(FakeIdentityConvClass)
     _fakes_registered = True

@@ -166,6 +166,9 @@ def run_matrix(
             )
             package_path = export_and_compile(config).package_path
             package = load_package(package_path, read_package_spec(package_path))
+            # Each cell compiles afresh: the matrix compiles the same forward for every
+            # dtype and shape mode, which would otherwise hit dynamo's recompile limit.
+            torch._dynamo.reset()
             compiled = torch.compile(model, fullgraph=True, dynamic=dynamic)
             shape = DYNAMIC_RUN_SHAPE if dynamic else STATIC_SHAPE
             for kind in input_kinds:

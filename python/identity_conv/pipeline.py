@@ -17,7 +17,7 @@ from .compile import compile_package
 from .errors import ExportError, InputError
 from .host import instruction_set_flags
 from .export import GraphCalls, export_model, graph_calls, input_specs
-from .model import IdentityModel
+from .model import MODEL_VARIANTS, IdentityModel, IdentityOutModel
 from .ops import LIBRARY_NAME, load_op_library
 from .package import DTYPES, PackageSpec, read_package_spec
 from .runtime import load_package
@@ -44,6 +44,8 @@ class BuildConfig:
     # Names from DYNAMIC_DIMS, and their inclusive (min, max) ranges.
     dynamic: tuple[str, ...] = ()
     ranges: dict[str, tuple[int, int]] = field(default_factory=lambda: dict(DEFAULT_RANGES))
+    # "functional" (layer3 is identity_conv_op) or "out" (layer3 is identity_conv_op_out).
+    variant: str = "functional"
 
     def shape(self) -> tuple[int, int, int, int]:
         return (self.batch, self.channels, self.height, self.width)
@@ -61,6 +63,8 @@ class BuildConfig:
         """Raise InputError for a dtype, dynamic dim or range that cannot work."""
         if self.dtype not in DTYPES:
             raise InputError(f"unsupported dtype {self.dtype!r}; expected one of {', '.join(DTYPES)}")
+        if self.variant not in MODEL_VARIANTS:
+            raise InputError(f"unknown model variant {self.variant!r}; expected one of {', '.join(MODEL_VARIANTS)}")
         for name in self.dynamic:
             if name not in DYNAMIC_DIMS:
                 raise InputError(f"cannot make {name!r} dynamic; choose from {', '.join(DYNAMIC_DIMS)}")
@@ -111,12 +115,18 @@ def second_shape(config: BuildConfig) -> tuple[int, ...] | None:
     return tuple(shape) if tuple(shape) != config.shape() else None
 
 
-def export_and_compile(config: BuildConfig, on_stage: Callable[[str], None] | None = None) -> BuildResult:
+def export_and_compile(
+    config: BuildConfig,
+    on_stage: Callable[[str], None] | None = None,
+    model: IdentityModel | None = None,
+) -> BuildResult:
     """Run every stage of export_compile.
 
     Args:
         config: what to build.
         on_stage: called with each stage's name (from STAGES) as it starts.
+        model: an already built (e.g. trained) model to export instead of a new one
+            of ``config.variant``; it is an identity only if its ``is_identity`` says so.
 
     Returns:
         The BuildResult. ``passed`` says whether the package's output bits equal
@@ -141,7 +151,9 @@ def export_and_compile(config: BuildConfig, on_stage: Callable[[str], None] | No
         library = load_op_library(config.op_lib)
 
     with stage("build model"):
-        model = IdentityModel(config.channels).to(device=config.device, dtype=DTYPES[config.dtype]).eval()
+        if model is None:
+            model = MODEL_VARIANTS[config.variant](config.channels)
+        model = model.to(device=config.device, dtype=DTYPES[config.dtype]).eval()
         x = seeded_input(config.shape(), config.dtype, config.device, config.seed)
 
     with stage("export"):
@@ -149,12 +161,16 @@ def export_and_compile(config: BuildConfig, on_stage: Callable[[str], None] | No
         traced = x if config.export_shape() == config.shape() else seeded_input(
             config.export_shape(), config.dtype, config.device, config.seed
         )
-        program = export_model(model, (traced,), dynamic_dims)
+        # Packages are for inference: tracing without autograd keeps the graph free of
+        # training-only state (and lets out= ops, which refuse autograd, export).
+        with torch.no_grad():
+            program = export_model(model, (traced,), dynamic_dims)
         calls = graph_calls(program)
-        if "my_ops::IdentityConvClass" not in calls.classes or "my_ops::identity_conv_op" not in calls.ops:
+        custom_op = "my_ops::identity_conv_op_out" if isinstance(model, IdentityOutModel) else "my_ops::identity_conv_op"
+        if "my_ops::IdentityConvClass" not in calls.classes or custom_op not in calls.ops:
             raise ExportError(
                 f"the exported graph lost a custom layer: it calls ops {calls.ops} and classes "
-                f"{calls.classes}, expected my_ops::identity_conv_op and my_ops::IdentityConvClass"
+                f"{calls.classes}, expected {custom_op} and my_ops::IdentityConvClass"
             )
 
     with stage("compile"):
@@ -164,7 +180,7 @@ def export_and_compile(config: BuildConfig, on_stage: Callable[[str], None] | No
             required_ops=calls.ops,
             required_classes=calls.classes,
             op_libraries=[LIBRARY_NAME],
-            is_identity=IdentityModel.is_identity,
+            is_identity=bool(getattr(model, "is_identity", False)),
             example_shapes=[config.shape()],
             cpu_flags=instruction_set_flags(),
         )

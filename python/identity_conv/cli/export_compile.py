@@ -26,6 +26,11 @@ class DType(str, Enum):
     float64 = "float64"
 
 
+class Variant(str, Enum):
+    functional = "functional"
+    out = "out"
+
+
 class Device(str, Enum):
     cpu = "cpu"
     cuda = "cuda"
@@ -91,6 +96,13 @@ def export_compile(
     width_range: Annotated[
         str, typer.Option(help="MIN:MAX of a dynamic width.", callback=_check_range)
     ] = "{}:{}".format(*DEFAULT_RANGES["width"]),
+    variant: Annotated[
+        Variant,
+        typer.Option(
+            help="Layer 3 of the model: functional (identity_conv_op returns a new tensor) or out "
+            "(the mutable identity_conv_op_out writes a preallocated one).",
+        ),
+    ] = Variant.functional,
     show_graph: Annotated[bool, typer.Option(help="Print the exported graph.")] = True,
 ) -> None:
     if device is Device.cuda and not torch.cuda.is_available():
@@ -112,6 +124,7 @@ def export_compile(
         output=output,
         op_lib=op_lib,
         dynamic=tuple(name.strip() for name in dynamic.split(",") if name.strip()),
+        variant=variant.value,
         ranges={
             "batch": _parse_range("--batch-range", batch_range),
             "height": _parse_range("--height-range", height_range),
