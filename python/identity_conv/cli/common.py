@@ -7,7 +7,8 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import NoReturn
+from pathlib import Path
+from typing import Annotated, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -29,6 +30,20 @@ warnings.filterwarnings("ignore", message=r".*torch.jit.script_method.*deprecate
 _PIPED_WIDTH = None if sys.stdout.isatty() else 160
 console = Console(highlight=False, markup=False, soft_wrap=True, width=_PIPED_WIDTH)
 err_console = Console(stderr=True, highlight=False, markup=False, soft_wrap=True, width=_PIPED_WIDTH)
+
+
+# Options shared by the CLIs that drive both runtimes.
+RunnerOption = Annotated[Path, typer.Option(help="The C++ runner (built by ./scripts/setup.sh).")]
+OpLibOption = Annotated[
+    Optional[Path], typer.Option(help="libidentity_conv_ops.so. Default: $IDENTITY_CONV_OPS_LIB, then build/.")
+]
+
+
+def require_runner(runner: Path) -> Path:
+    """Raise a clear error when the C++ runner has not been built."""
+    if not runner.is_file():
+        raise IdentityConvError(f"C++ runner not found: {runner}. Build it with ./scripts/setup.sh or pass --runner.")
+    return runner
 
 
 def exit_with(error: Exception) -> NoReturn:

@@ -5,19 +5,19 @@ eager in both runtimes: one op library serving training and C++ inference."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import torch
 import typer
 from rich.table import Table
 
-from ..errors import EXIT_MISMATCH, IdentityConvError
+from ..errors import EXIT_MISMATCH
 from ..ops import load_op_library
 from ..parity import run_cpp_runner
 from ..pipeline import BuildConfig, export_and_compile
 from ..train import train_channel_scale
 from ..verify import compare_bits
-from .common import console, exit_with, print_bit_reports, step_progress
+from .common import OpLibOption, RunnerOption, console, exit_with, print_bit_reports, require_runner, step_progress
 
 app = typer.Typer(add_completion=False)
 
@@ -36,18 +36,15 @@ def train_identity(
     steps: Annotated[int, typer.Option(min=1, help="Optimizer steps.")] = 200,
     lr: Annotated[float, typer.Option(min=0.0, help="Adam learning rate.")] = 0.05,
     output: Annotated[Path, typer.Option(help="Where to write the trained package.")] = Path("artifacts/trained.pt2"),
-    runner: Annotated[Path, typer.Option(help="The C++ runner.")] = Path("build/aoti_runner"),
-    op_lib: Annotated[
-        Optional[Path], typer.Option(help="libidentity_conv_ops.so. Default: $IDENTITY_CONV_OPS_LIB, then build/.")
-    ] = None,
+    runner: RunnerOption = Path("build/aoti_runner"),
+    op_lib: OpLibOption = None,
 ) -> None:
     try:
         target = [float(v) for v in scale.split(",") if v.strip()]
     except ValueError:
         raise typer.BadParameter(f"expected comma-separated numbers, got {scale!r}", param_hint="--scale")
     try:
-        if not runner.is_file():
-            raise IdentityConvError(f"C++ runner not found: {runner}. Build it with ./scripts/setup.sh or pass --runner.")
+        require_runner(runner)
         library = load_op_library(op_lib)
         with step_progress(steps) as on_step:
             result = train_channel_scale(target, steps=steps, lr=lr, on_step=lambda i, loss: on_step(f"step {i + 1} loss {loss:.2e}"))

@@ -5,17 +5,17 @@ package in C++ on random and special-value inputs."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import EXIT_MISMATCH, IdentityConvError
+from ..errors import EXIT_MISMATCH
 from ..ops import load_op_library
 from ..package import DTYPES
 from ..parity import IDENTITY_PAIR, INPUT_KINDS, RUNTIME_PAIRS, SHAPE_MODES, cell_passed, matrix_passed, run_matrix
-from .common import console, exit_with, step_progress, verdict
+from .common import OpLibOption, RunnerOption, console, exit_with, require_runner, step_progress, verdict
 
 app = typer.Typer(add_completion=False)
 
@@ -39,14 +39,11 @@ def verify_matrix(
     shapes: Annotated[str, typer.Option(help="Comma-separated shape modes: static, dynamic.")] = ",".join(SHAPE_MODES),
     inputs: Annotated[str, typer.Option(help="Comma-separated input kinds: random, special.")] = ",".join(INPUT_KINDS),
     work_dir: Annotated[Path, typer.Option(help="Where packages and tensor files go.")] = Path("artifacts/verify"),
-    runner: Annotated[Path, typer.Option(help="The C++ runner.")] = Path("build/aoti_runner"),
-    op_lib: Annotated[
-        Optional[Path], typer.Option(help="libidentity_conv_ops.so. Default: $IDENTITY_CONV_OPS_LIB, then build/.")
-    ] = None,
+    runner: RunnerOption = Path("build/aoti_runner"),
+    op_lib: OpLibOption = None,
 ) -> None:
     try:
-        if not runner.is_file():
-            raise IdentityConvError(f"C++ runner not found: {runner}. Build it with ./scripts/setup.sh or pass --runner.")
+        require_runner(runner)
         library = load_op_library(op_lib)
         axes = (_split(dtypes), _split(shapes), _split(inputs))
         steps = len(axes[0]) * len(axes[1]) * (1 + len(axes[2]))
