@@ -106,6 +106,37 @@ def run_cmd(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300, **kwargs)
 
 
+def run_python_runtime(package: Path, op_lib: Path, inputs: Path | None, outputs: Path) -> tuple[int, str]:
+    """run_inference through typer's CliRunner; returns (exit code, output)."""
+    from identity_conv.cli.run_inference import app as run_inference_app
+
+    args = [str(package), str(op_lib), "--outputs", str(outputs)]
+    if inputs is not None:
+        args += ["--inputs", str(inputs)]
+    result = CliRunner().invoke(run_inference_app, args)
+    return result.exit_code, result.output
+
+
+def run_cpp_runtime(runner: Path, package: Path, op_lib: Path, inputs: Path | None, outputs: Path) -> tuple[int, str]:
+    """aoti_runner as a subprocess; returns (exit code, stdout + stderr). Never an abort."""
+    args = [runner, package, op_lib, "--outputs", outputs] + (["--inputs", inputs] if inputs is not None else [])
+    result = run_cmd(*args)
+    assert "terminate called" not in result.stderr
+    return result.returncode, result.stdout + result.stderr
+
+
+def run_both_runtimes(build: Build, op_lib: Path, package: Path, x: torch.Tensor, tmp: Path
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run ``x`` through the package in Python and in C++ (both must exit 0) and
+    return their outputs, read back from the tensor files."""
+    inputs = save_tensors(tmp / "both_in.pt", [x])
+    code, output = run_python_runtime(package, op_lib, inputs, tmp / "py.pt")
+    assert code == 0, output
+    code, output = run_cpp_runtime(build.runner, package, op_lib, inputs, tmp / "cpp.pt")
+    assert code == 0, output
+    return torch.load(tmp / "py.pt")[0], torch.load(tmp / "cpp.pt")[0]
+
+
 @pytest.fixture(scope="session")
 def parity_matrix(tmp_path_factory: pytest.TempPathFactory, build: Build, op_library: Path):
     """The full parity matrix, once: 4 dtypes x static/dynamic x random/special. Its

@@ -8,11 +8,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import requires_cuda, run_cmd
+from conftest import requires_cuda, run_both_runtimes, run_cmd
 from identity_conv.cli.export_compile import app as export_compile_app
-from identity_conv.cli.run_inference import app as run_inference_app
 from identity_conv.model import IdentityModel, IdentityOutModel
-from identity_conv.tensor_io import load_tensors, save_tensors
 from identity_conv.train import train_channel_scale
 
 FLOAT_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
@@ -172,15 +170,9 @@ def out_package(tmp_path_factory, op_library):
 
 def test_out_variant_package_is_bit_exact_in_both_runtimes(build, op_library, out_package, tmp_path):
     x = torch.randn(2, 3, 8, 12)
-    inputs = save_tensors(tmp_path / "in.pt", [x])
-    py = CliRunner().invoke(run_inference_app, [str(out_package), str(op_library), "--inputs", str(inputs),
-                                                "--outputs", str(tmp_path / "py.pt")])
-    assert py.exit_code == 0, py.output
-    cpp = run_cmd(build.runner, out_package, op_library, "--inputs", inputs, "--outputs", tmp_path / "cpp.pt")
-    assert cpp.returncode == 0, cpp.stdout + cpp.stderr
     assert "required ops: my_ops::identity_conv_op_out" in run_cmd(build.runner, out_package, "--inspect").stdout
-    for path in ("py.pt", "cpp.pt"):
-        assert torch.equal(load_tensors(tmp_path / path)[0].view(torch.int32), x.view(torch.int32))
+    for output in run_both_runtimes(build, op_library, out_package, x, tmp_path):
+        assert torch.equal(output.view(torch.int32), x.view(torch.int32))
 
 
 def test_train_identity_cli_end_to_end(build, op_library, tmp_path):

@@ -12,10 +12,8 @@ from typing import Callable
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from conftest import rewrite_metadata, run_cmd
-from identity_conv.cli.run_inference import app as run_inference_app
+from conftest import rewrite_metadata, run_both_runtimes, run_cmd, run_cpp_runtime, run_python_runtime
 from identity_conv.host import instruction_set_flags
 
 
@@ -135,21 +133,6 @@ def ctx(compiled_package, dynamic_package, tmp_path) -> Ctx:
     return Ctx(compiled_package.path, dynamic_package, tmp_path)
 
 
-def run_python(package: Path, op_lib: Path, inputs: Path | None, outputs: Path) -> tuple[int, str]:
-    args = [str(package), str(op_lib), "--outputs", str(outputs)]
-    if inputs is not None:
-        args += ["--inputs", str(inputs)]
-    result = CliRunner().invoke(run_inference_app, args)
-    return result.exit_code, result.output
-
-
-def run_cpp(runner: Path, package: Path, op_lib: Path, inputs: Path | None, outputs: Path) -> tuple[int, str]:
-    args = [runner, package, op_lib, "--outputs", outputs] + (["--inputs", inputs] if inputs is not None else [])
-    result = run_cmd(*args)
-    assert "terminate called" not in result.stderr
-    return result.returncode, result.stdout + result.stderr
-
-
 @pytest.mark.parametrize("runtime", ["python", "cpp"])
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 def test_bad_case_exits_2_names_the_problem_and_writes_nothing(ctx, build, op_library, case, runtime):
@@ -157,9 +140,9 @@ def test_bad_case_exits_2_names_the_problem_and_writes_nothing(ctx, build, op_li
     inputs = case.inputs(ctx) if case.inputs else None
     outputs = ctx.tmp / "out.pt"
     if runtime == "python":
-        code, output = run_python(package, op_library, inputs, outputs)
+        code, output = run_python_runtime(package, op_library, inputs, outputs)
     else:
-        code, output = run_cpp(build.runner, package, op_library, inputs, outputs)
+        code, output = run_cpp_runtime(build.runner, package, op_library, inputs, outputs)
     assert code == 2, output
     assert case.message in output
     assert not outputs.exists()
@@ -167,39 +150,24 @@ def test_bad_case_exits_2_names_the_problem_and_writes_nothing(ctx, build, op_li
 
 def test_good_case_passes_in_both_runtimes(ctx, build, op_library):
     # The control for the table above: the same harness with a good input succeeds.
-    inputs = tensors(GOOD)(ctx)
-    code, output = run_python(ctx.static, op_library, inputs, ctx.tmp / "py.pt")
-    assert code == 0, output
-    code, output = run_cpp(build.runner, ctx.static, op_library, inputs, ctx.tmp / "cpp.pt")
-    assert code == 0, output
+    run_both_runtimes(build, op_library, ctx.static, GOOD, ctx.tmp)
 
 
 def test_lazily_negated_input_is_resolved_in_both_runtimes(ctx, build, op_library):
     # A _neg_view keeps its neg bit through torch.save; AOTI must see -x, not x.
     x = torch.randn(2, 3, 8, 12)
-    inputs = ctx.tmp / "neg.pt"
-    torch.save([x._neg_view()], inputs)
-    code, output = run_python(ctx.static, op_library, inputs, ctx.tmp / "py.pt")
-    assert code == 0, output
-    code, output = run_cpp(build.runner, ctx.static, op_library, inputs, ctx.tmp / "cpp.pt")
-    assert code == 0, output
+    py_out, cpp_out = run_both_runtimes(build, op_library, ctx.static, x._neg_view(), ctx.tmp)
     expected = (-x).view(torch.int32)
-    assert torch.equal(torch.load(ctx.tmp / "py.pt")[0].view(torch.int32), expected)
-    assert torch.equal(torch.load(ctx.tmp / "cpp.pt")[0].view(torch.int32), expected)
+    assert torch.equal(py_out.view(torch.int32), expected)
+    assert torch.equal(cpp_out.view(torch.int32), expected)
 
 
 def test_dynamic_package_runs_any_shape_in_range_in_both_runtimes(ctx, build, op_library):
     for shape in [(1, 3, 1, 1), (8, 3, 64, 64), (5, 3, 17, 3)]:
         x = torch.randn(shape)
-        inputs = ctx.tmp / "dyn_in.pt"
-        torch.save([x], inputs)
-        code, output = run_python(ctx.dynamic, op_library, inputs, ctx.tmp / "py.pt")
-        assert code == 0 and "identical" in output, output
-        code, output = run_cpp(build.runner, ctx.dynamic, op_library, inputs, ctx.tmp / "cpp.pt")
-        assert code == 0 and "identical" in output, output
-        py_out, cpp_out = torch.load(ctx.tmp / "py.pt"), torch.load(ctx.tmp / "cpp.pt")
-        assert torch.equal(py_out[0].view(torch.int32), cpp_out[0].view(torch.int32))
-        assert torch.equal(cpp_out[0].view(torch.int32), x.view(torch.int32))
+        py_out, cpp_out = run_both_runtimes(build, op_library, ctx.dynamic, x, ctx.tmp)
+        assert torch.equal(py_out.view(torch.int32), cpp_out.view(torch.int32))
+        assert torch.equal(cpp_out.view(torch.int32), x.view(torch.int32))
 
 
 @pytest.mark.parametrize(
@@ -221,7 +189,7 @@ def test_bad_op_library_in_both_runtimes(ctx, build, lib, python_message, cpp_me
     run_inference = Path(sys.executable).parent / "run_inference"
     py = run_cmd(run_inference, ctx.static, paths[lib], "--outputs", outputs)
     assert py.returncode == 2 and python_message in py.stderr, py.stdout + py.stderr
-    code, output = run_cpp(build.runner, ctx.static, paths[lib], None, outputs)
+    code, output = run_cpp_runtime(build.runner, ctx.static, paths[lib], None, outputs)
     assert code == 2 and cpp_message in output, output
     assert not outputs.exists()
 

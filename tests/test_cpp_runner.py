@@ -14,7 +14,7 @@ from identity_conv.verify import compare_bits
 
 
 @pytest.fixture(scope="module")
-def python_output(compiled_package, tmp_path_factory):
+def python_output(compiled_package):
     from identity_conv.package import read_package_spec
     from identity_conv.runtime import load_package
 

@@ -8,11 +8,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import run_cmd
+from conftest import run_both_runtimes
 from identity_conv.cli.export_compile import app as export_compile_app
-from identity_conv.cli.run_inference import app as run_inference_app
 from identity_conv.special_values import INT_TWIN, special_values
-from identity_conv.tensor_io import load_tensors, save_tensors
 
 pytestmark = pytest.mark.cuda
 
@@ -49,12 +47,6 @@ def test_cuda_package_records_its_device(cuda_package):
 
 def test_both_runners_on_cuda_are_bit_exact(build, op_library, cuda_package, tmp_path):
     x = torch.randn(2, 3, 8, 12)
-    inputs = save_tensors(tmp_path / "in.pt", [x])
-    py = CliRunner().invoke(run_inference_app, [str(cuda_package), str(op_library), "--inputs", str(inputs),
-                                                "--outputs", str(tmp_path / "py.pt")])
-    assert py.exit_code == 0, py.output
-    cpp = run_cmd(build.runner, cuda_package, op_library, "--inputs", inputs, "--outputs", tmp_path / "cpp.pt")
-    assert cpp.returncode == 0, cpp.stdout + cpp.stderr
-    py_out, cpp_out = load_tensors(tmp_path / "py.pt")[0], load_tensors(tmp_path / "cpp.pt")[0]
+    py_out, cpp_out = run_both_runtimes(build, op_library, cuda_package, x, tmp_path)
     assert torch.equal(py_out.view(torch.int32), cpp_out.view(torch.int32))
     assert torch.equal(cpp_out.view(torch.int32), x.view(torch.int32))
