@@ -21,6 +21,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iterator>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -275,6 +276,8 @@ PackageSpec read_package_spec(const std::string& path) {
   spec.is_identity = get("is_identity").value_or("0") == "1";
   spec.torch_version = get("torch_version").value_or("unknown");
   spec.cpu_flags = split(get("cpu_flags").value_or(""), ' ');
+  spec.python_only_ops = split(get("python_only_ops").value_or(""), ',');
+  spec.fake_modules = split(get("fake_modules").value_or(""), ',');
   for (const auto& shape : split(get("example_shapes").value_or(""), ';')) {
     std::vector<int64_t> sizes;
     for (const auto& size : split(shape, ',')) {
@@ -307,8 +310,21 @@ void check_required_symbols(const PackageSpec& spec) {
       spec.op_libraries.empty() ? std::string("the op library") : join(spec.op_libraries, ", ");
   throw RunnerError("the package needs " + join(missing, " and ") +
                     ", which no loaded library registers. They are defined in " + libs +
-                    ".\nPass it after the package, e.g.: aoti_runner <model.pt2> " +
-                    kDefaultLibrary);
+                    ".\nPass each library after the package or with --op-lib, e.g.: "
+                    "aoti_runner <model.pt2> " +
+                    (spec.op_libraries.empty() ? std::string(kDefaultLibrary)
+                                               : join(spec.op_libraries, " ")));
+}
+
+void check_no_python_ops(const PackageSpec& spec) {
+  if (spec.python_only_ops.empty()) {
+    return;
+  }
+  throw RunnerError("the package calls " + join(spec.python_only_ops, ", ") +
+                    ", which only Python can run (export_compile wrote it with "
+                    "--allow-python-ops, for the Python runtime only). This runner has no "
+                    "Python.\nRun it with run_inference, or define the ops in C++ (TORCH_LIBRARY "
+                    "in an op library) and re-export without --allow-python-ops.");
 }
 
 namespace {
@@ -546,6 +562,45 @@ std::vector<at::Tensor> run_package(const std::string& path,
   }
 }
 
+namespace {
+
+// Distance in ULP, element-wise, as double: floats are mapped to integers ordered like
+// the values (-0.0 and +0.0 both to 0). Same definition as verify.py's ulp_distance.
+at::Tensor ulp_distance(const at::Tensor& actual, const at::Tensor& expected,
+                        at::ScalarType int_dtype) {
+  if (!at::isFloatingType(expected.scalar_type())) {
+    return (actual.to(at::kDouble) - expected.to(at::kDouble)).abs().flatten();
+  }
+  const int64_t width_bits = 8 * static_cast<int64_t>(expected.element_size());
+  const int64_t sign_mask = static_cast<int64_t>((uint64_t{1} << (width_bits - 1)) - 1);
+  const auto ordered = [&](const at::Tensor& t) {
+    const auto bits = t.view(int_dtype).flatten().to(at::kLong);  // sign-extends
+    const auto magnitude = bits.bitwise_and(sign_mask);
+    return at::where(bits.lt(0), magnitude.neg(), magnitude);
+  };
+  const auto a = ordered(actual);
+  const auto e = ordered(expected);
+  const auto same_sign = a.ge(0).eq(e.ge(0));
+  // Opposite signs: |a| + |e| can overflow int64 for float64, so add in double.
+  auto distance = at::where(same_sign, (a - e).abs().to(at::kDouble),
+                            a.abs().to(at::kDouble) + e.abs().to(at::kDouble));
+  const auto a_nan = actual.flatten().isnan();
+  const auto e_nan = expected.flatten().isnan();
+  distance = at::where(a_nan.logical_and(e_nan), at::zeros_like(distance), distance);
+  return at::where(a_nan.logical_xor(e_nan), at::full_like(distance, INFINITY), distance);
+}
+
+std::string format_ulp(double value) {
+  if (std::isinf(value)) {
+    return "inf";
+  }
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(0) << value;
+  return out.str();
+}
+
+}  // namespace
+
 BitReport compare_bits(const at::Tensor& actual_in, const at::Tensor& expected_in) {
   BitReport report;
   const auto actual = actual_in.cpu().resolve_conj().resolve_neg().contiguous();
@@ -590,13 +645,22 @@ BitReport compare_bits(const at::Tensor& actual_in, const at::Tensor& expected_i
   const auto a64 = actual.to(at::kDouble).flatten();
   const auto e64 = expected.to(at::kDouble).flatten();
   const auto both_finite = a64.isfinite().logical_and(e64.isfinite());
-  const double max_abs =
-      at::where(both_finite, (a64 - e64).abs(), at::zeros_like(a64)).max().item<double>();
+  const auto abs_diff = at::where(both_finite, (a64 - e64).abs(), at::zeros_like(a64));
+  const double max_abs = abs_diff.max().item<double>();
+  const auto relative = both_finite.logical_and(e64.ne(0));
+  const double max_rel =
+      at::where(relative, abs_diff / e64.abs().clamp_min(std::numeric_limits<double>::min()),
+                at::zeros_like(a64))
+          .max()
+          .item<double>();
+  report.max_ulp = ulp_distance(actual, expected, int_dtype).max().item<double>();
   std::ostringstream out;
   out << report.num_differ << " of " << report.numel << " elements differ; first at ["
       << join(index, ", ") << "]: got " << format_value(a) << " ("
       << hex_bits(actual_bits[flat], width) << "), expected " << format_value(e) << " ("
-      << hex_bits(expected_bits[flat], width) << "); max abs diff " << format_value(max_abs);
+      << hex_bits(expected_bits[flat], width) << "); max abs diff " << format_value(max_abs)
+      << ", max rel diff " << format_value(max_rel) << ", max ULP distance "
+      << format_ulp(*report.max_ulp);
   report.detail = out.str();
   return report;
 }
@@ -614,6 +678,9 @@ std::vector<std::pair<std::string, std::string>> describe_package(const PackageS
   rows.emplace_back("required ops", join(spec.required_ops, ", "));
   rows.emplace_back("required classes", join(spec.required_classes, ", "));
   rows.emplace_back("op libraries", join(spec.op_libraries, ", "));
+  rows.emplace_back("python-only ops",
+                    spec.python_only_ops.empty() ? "none" : join(spec.python_only_ops, ", "));
+  rows.emplace_back("fake modules", join(spec.fake_modules, ", "));
   rows.emplace_back("identity model", spec.is_identity ? "yes" : "no");
   rows.emplace_back("torch version", spec.torch_version);
   rows.emplace_back("platform", raw("AOTI_PLATFORM") + " " + raw("AOTI_MACHINE"));

@@ -61,6 +61,10 @@ struct PackageSpec {
   std::vector<std::vector<int64_t>> example_shapes;
   // Instruction-set flags of the compile host (AOTI compiles with -march=native).
   std::vector<std::string> cpu_flags;
+  // Ops only Python can run (exported with --allow-python-ops): this runner refuses.
+  std::vector<std::string> python_only_ops;
+  // Modules the Python runner imports for fakes or Python ops (shown by --inspect).
+  std::vector<std::string> fake_modules;
   std::map<std::string, std::string> raw;  // every metadata entry, for --inspect
 };
 
@@ -73,6 +77,10 @@ PackageSpec read_package_spec(const std::string& path);
 // Throws a RunnerError naming each op or class the package needs and no loaded
 // library registered, and the library to pass.
 void check_required_symbols(const PackageSpec& spec);
+
+// Throws a RunnerError if the package calls ops only Python can run: this process
+// has no Python, so it refuses up front instead of failing at load.
+void check_no_python_ops(const PackageSpec& spec);
 
 // Throws if the package targets a torch version, device, machine or CPU this
 // process cannot run (instead of failing at load or dying with SIGILL).
@@ -106,7 +114,16 @@ struct BitReport {
   bool identical = false;
   int64_t numel = 0;
   int64_t num_differ = 0;
+  // Largest distance in units in the last place; -0.0 vs +0.0 is 0, NaN vs NaN 0,
+  // NaN vs a number infinite. Unset when dtype or shape differ.
+  std::optional<double> max_ulp;
   std::string detail;  // human-readable description of the first difference
+
+  // Bit-identical, or (for ulp > 0) every element within `ulp` ULP of the reference.
+  // 0 demands bit-identity: -0.0 against +0.0 is 0 ULP apart but not the same bits.
+  bool within_ulp(int64_t ulp) const {
+    return identical || (ulp > 0 && max_ulp.has_value() && *max_ulp <= static_cast<double>(ulp));
+  }
 };
 
 // Compares bit patterns (same-width integer views), not float values.

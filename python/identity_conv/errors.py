@@ -18,6 +18,11 @@ class OpLibraryError(IdentityConvError):
     """The op library could not be found or loaded."""
 
 
+class ModelError(IdentityConvError):
+    """A user's model factory could not be imported or called, or returned something
+    that is not a module (with optional example inputs)."""
+
+
 class ExportError(IdentityConvError):
     """torch.export failed, or the exported graph is not what the package needs."""
 

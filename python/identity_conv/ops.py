@@ -86,7 +86,7 @@ def load_op_library(path: str | os.PathLike[str] | None = None) -> Path:
             f"cannot also load {found}. Load one copy only."
         )
     try:
-        torch.ops.load_library(str(found))
+        _load_and_record(found)
     except OSError as error:
         raise OpLibraryError(
             f"could not load the op library {found}: {error}\n"
@@ -100,6 +100,74 @@ def load_op_library(path: str | os.PathLike[str] | None = None) -> Path:
     _register_fakes()
     _loaded_path = found.resolve()
     return _loaded_path
+
+
+def load_op_libraries(paths: list[str | os.PathLike[str]]) -> list[Path]:
+    """Load several op libraries in order: the project's through ``load_op_library``
+    (which also registers its fakes), any other with ``torch.ops.load_library``.
+    A library already loaded from the same file is not loaded again.
+
+    Args:
+        paths: the library files, e.g. from repeated ``--op-lib`` options.
+
+    Returns:
+        Their resolved paths.
+
+    Raises:
+        OpLibraryError: a file is missing or fails to load; the message names it.
+    """
+    global _loaded_path
+    loaded = []
+    for path in map(Path, paths):
+        if path.name == LIBRARY_NAME:
+            loaded.append(load_op_library(path))
+            continue
+        if not path.is_file():
+            raise OpLibraryError(
+                f"could not find the op library {path}.\nBuild it, or fix the path given with --op-lib."
+            )
+        resolved = path.resolve()
+        if str(resolved) not in _loaded_library_paths():
+            try:
+                _load_and_record(resolved)
+            except OSError as error:
+                raise OpLibraryError(
+                    f"could not load the op library {path}: {error}\n"
+                    "Rebuild it against this environment's torch."
+                ) from error
+        # The project's ops under another file name still need their fakes.
+        if _loaded_path is None and _has_schema(OP_NAME):
+            _register_fakes()
+            _loaded_path = resolved
+        loaded.append(resolved)
+    return loaded
+
+
+# The op namespaces each library registered when it loaded, to tell a package
+# which libraries it needs.
+_namespaces_by_library: dict[Path, set[str]] = {}
+
+
+def _load_and_record(path: Path) -> None:
+    before = set(torch._C._dispatch_get_all_op_names())
+    torch.ops.load_library(str(path))
+    added = set(torch._C._dispatch_get_all_op_names()) - before
+    _namespaces_by_library[path.resolve()] = {name.split("::")[0] for name in added}
+
+
+def libraries_for(qualnames: list[str]) -> list[str]:
+    """File names of the loaded libraries that registered the namespaces of
+    ``qualnames`` (ops or classes, ``ns::name``), sorted: the libraries a package
+    that calls them needs. If a namespace has no known library (e.g. it was loaded
+    by other means), every loaded library is named, to be safe."""
+    names: set[str] = set()
+    for qualname in qualnames:
+        namespace = qualname.split("::")[0]
+        owners = {path.name for path, spaces in _namespaces_by_library.items() if namespace in spaces}
+        if not owners:
+            return sorted({Path(p).name for p in torch.ops.loaded_libraries})
+        names |= owners
+    return sorted(names)
 
 
 def _loaded_library_paths() -> list[str]:

@@ -99,6 +99,11 @@ class PackageSpec:
     # Instruction-set flags of the compile host. AOTI compiles with -march=native, so
     # the kernels may use any of them; a host that lacks one could die with SIGILL.
     cpu_flags: list[str] = field(default_factory=list)
+    # Custom ops only Python can run (written with --allow-python-ops): the C++
+    # runner refuses such a package up front.
+    python_only_ops: list[str] = field(default_factory=list)
+    # Modules that register fakes or Python ops; the Python runner must import them.
+    fake_modules: list[str] = field(default_factory=list)
 
     def to_metadata(self) -> dict[str, str]:
         entries = {
@@ -112,6 +117,8 @@ class PackageSpec:
             "torch_version": self.torch_version,
             "example_shapes": ";".join(",".join(map(str, shape)) for shape in self.example_shapes),
             "cpu_flags": " ".join(self.cpu_flags),
+            "python_only_ops": ",".join(self.python_only_ops),
+            "fake_modules": ",".join(self.fake_modules),
         }
         return {META_PREFIX + key: value for key, value in entries.items()}
 
@@ -123,6 +130,8 @@ class PackageSpec:
             ("required ops", ", ".join(self.required_ops)),
             ("required classes", ", ".join(self.required_classes)),
             ("op libraries", ", ".join(self.op_libraries)),
+            ("python-only ops", ", ".join(self.python_only_ops) or "none"),
+            ("fake modules", ", ".join(self.fake_modules)),
             ("identity model", "yes" if self.is_identity else "no"),
             ("torch version", self.torch_version),
             ("platform", f"{self.aoti.get('AOTI_PLATFORM', '')} {self.aoti.get('AOTI_MACHINE', '')}"),
@@ -146,6 +155,8 @@ class PackageSpec:
             "torch_version": self.torch_version,
             "example_shapes": [list(shape) for shape in self.example_shapes],
             "cpu_flags": self.cpu_flags,
+            "python_only_ops": self.python_only_ops,
+            "fake_modules": self.fake_modules,
             "aoti": self.aoti,
         }
 
@@ -174,6 +185,8 @@ class PackageSpec:
             aoti={k: v for k, v in metadata.items() if not k.startswith(META_PREFIX)},
             example_shapes=_decode_shapes(get("example_shapes")),
             cpu_flags=get("cpu_flags").split(),
+            python_only_ops=split(get("python_only_ops")),
+            fake_modules=split(get("fake_modules")),
         )
 
 

@@ -161,7 +161,7 @@ def run_matrix(
             dynamic = mode == "dynamic"
             config = BuildConfig(
                 batch=STATIC_SHAPE[0], channels=STATIC_SHAPE[1], height=STATIC_SHAPE[2], width=STATIC_SHAPE[3],
-                dtype=dtype, output=work_dir / f"model_{dtype}_{mode}.pt2", op_lib=op_lib,
+                dtype=dtype, output=work_dir / f"model_{dtype}_{mode}.pt2", op_libs=[op_lib],
                 dynamic=("batch", "height", "width") if dynamic else (), ranges=dict(DYNAMIC_RANGES),
             )
             package_path = export_and_compile(config).package_path

@@ -1,7 +1,8 @@
-"""The export_compile job as one function: load ops, build the IdentityModel,
-export (static or with dynamic dims), compile, then verify the package against
-eager bit-for-bit. Stages report progress through an optional callback and never
-print."""
+"""The export_compile job as one function: load op libraries, build the model (the
+IdentityModel, or a user's own from ``package.module:factory``), export (static or
+with dynamic dims), refuse ops that C++ cannot run, compile, then verify the package
+against eager bit-for-bit. Stages report progress through an optional callback and
+never print."""
 
 from __future__ import annotations
 
@@ -13,17 +14,24 @@ from pathlib import Path
 
 import torch
 
+from torch import nn
+
 from .compile import compile_package
-from .errors import ExportError, InputError
+from .errors import ExportError, InputError, VerificationError
 from .host import instruction_set_flags
-from .export import GraphCalls, export_model, graph_calls, input_specs
+from .export import GraphCalls, export_model, graph_calls, input_specs, python_only_ops
 from .model import MODEL_VARIANTS, IdentityModel, IdentityOutModel
-from .ops import LIBRARY_NAME, load_op_library
+from .ops import libraries_for, load_op_libraries, load_op_library
 from .package import DTYPES, PackageSpec, read_package_spec
 from .runtime import load_package
+from .tensor_io import save_tensors
+from .user_model import DynamicDim, flatten_outputs, import_modules, load_model
 from .verify import BitReport, compare_bits
 
-STAGES = ("load op library", "build model", "export", "compile", "verify")
+STAGES = ("load op libraries", "build model", "export", "compile", "verify")
+# Files --save-reference writes: the example inputs and eager's outputs for them.
+REFERENCE_INPUTS = "inputs.pt"
+REFERENCE_OUTPUTS = "expected.pt"
 
 # Input dims of the IdentityModel that may be dynamic, and their position in NCHW.
 DYNAMIC_DIMS = {"batch": 0, "height": 2, "width": 3}
@@ -40,12 +48,28 @@ class BuildConfig:
     device: str = "cpu"
     seed: int = 0
     output: Path = Path("artifacts/model.pt2")
-    op_lib: Path | None = None
+    # Op libraries to load before export; without any, the project's library is
+    # looked up in its default places.
+    op_libs: list[Path] = field(default_factory=list)
+    # Modules imported after the libraries load, e.g. to register their fakes.
+    fake_modules: list[str] = field(default_factory=list)
     # Names from DYNAMIC_DIMS, and their inclusive (min, max) ranges.
     dynamic: tuple[str, ...] = ()
     ranges: dict[str, tuple[int, int]] = field(default_factory=lambda: dict(DEFAULT_RANGES))
     # "functional" (layer3 is identity_conv_op) or "out" (layer3 is identity_conv_op_out).
     variant: str = "functional"
+    # A user's model instead of the IdentityModel: "package.module:factory", called
+    # with model_args. Its example inputs come from the factory or input_shapes.
+    model: str | None = None
+    model_args: dict[str, object] = field(default_factory=dict)
+    input_shapes: list[tuple[int, ...]] = field(default_factory=list)
+    dynamic_dims: list[DynamicDim] = field(default_factory=list)
+    # Write the example inputs and eager outputs here (inputs.pt, expected.pt).
+    save_reference: Path | None = None
+    # Write a package for the Python runtime only when the graph calls Python ops.
+    allow_python_ops: bool = False
+    # The package passes if every output is within this many ULP of eager (0: bitwise).
+    max_ulp: int = 0
 
     def shape(self) -> tuple[int, int, int, int]:
         return (self.batch, self.channels, self.height, self.width)
@@ -63,6 +87,20 @@ class BuildConfig:
         """Raise InputError for a dtype, dynamic dim or range that cannot work."""
         if self.dtype not in DTYPES:
             raise InputError(f"unsupported dtype {self.dtype!r}; expected one of {', '.join(DTYPES)}")
+        if self.max_ulp < 0:
+            raise InputError(f"--max-ulp must be >= 0, got {self.max_ulp}")
+        if self.model is not None:
+            if self.dynamic or self.variant != "functional":
+                raise InputError(
+                    "--dynamic and --variant apply to the built-in IdentityModel; with --model, "
+                    "give dynamic dims with --dynamic-dim INPUT.DIM=MIN:MAX"
+                )
+            return
+        if self.input_shapes or self.dynamic_dims or self.model_args:
+            raise InputError(
+                "--input-shape, --dynamic-dim and --model-arg apply to a model given with --model; "
+                "the built-in IdentityModel takes --batch/--channels/--height/--width and --dynamic"
+            )
         if self.variant not in MODEL_VARIANTS:
             raise InputError(f"unknown model variant {self.variant!r}; expected one of {', '.join(MODEL_VARIANTS)}")
         for name in self.dynamic:
@@ -84,15 +122,27 @@ class BuildResult:
     spec: PackageSpec
     calls: GraphCalls
     graph: str
-    example_input: torch.Tensor
+    example_inputs: list[torch.Tensor]
     # (what was compared, its report), e.g. ("eager vs package [1, 3, 224, 224]", ...)
     checks: list[tuple[str, BitReport]]
-    op_library: Path
+    op_libraries: list[Path]
+    model_name: str = "IdentityModel"
+    max_ulp: int = 0
+    reference_dir: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
-    def passed(self) -> bool:
+    def example_input(self) -> torch.Tensor:
+        return self.example_inputs[0]
+
+    @property
+    def bit_identical(self) -> bool:
         return all(report.identical for _, report in self.checks)
+
+    @property
+    def passed(self) -> bool:
+        """Bit-identical, or within ``max_ulp`` ULP where the caller allowed that."""
+        return all(report.within_ulp(self.max_ulp) for _, report in self.checks)
 
 
 def seeded_input(shape: tuple[int, ...], dtype: str, device: str, seed: int) -> torch.Tensor:
@@ -102,39 +152,47 @@ def seeded_input(shape: tuple[int, ...], dtype: str, device: str, seed: int) -> 
     return torch.randn(shape, generator=generator).to(DTYPES[dtype]).to(device)
 
 
-def second_shape(config: BuildConfig) -> tuple[int, ...] | None:
-    """Another shape in the dynamic range, to prove the package is not specialised
-    to the example: each dynamic dim at its minimum (or one above the example)."""
-    if not config.dynamic:
+def second_inputs(
+    inputs: list[torch.Tensor], dynamic_dims: list[DynamicDim], seed: int
+) -> list[torch.Tensor] | None:
+    """Random inputs of other sizes in the dynamic ranges (each dynamic dim at its
+    minimum, or one above the example), to prove the package is not specialised to
+    the example. None without dynamic dims, or when an input is not floating."""
+    if not dynamic_dims or not all(x.is_floating_point() for x in inputs):
         return None
-    shape = list(config.shape())
-    for name in config.dynamic:
-        low, high = config.ranges[name]
-        index = DYNAMIC_DIMS[name]
-        shape[index] = low if low != shape[index] else min(shape[index] + 1, high)
-    return tuple(shape) if tuple(shape) != config.shape() else None
+    shapes = [list(x.shape) for x in inputs]
+    for dynamic in dynamic_dims:
+        i, d = dynamic.positions[0]
+        size = dynamic.min if dynamic.min != shapes[i][d] else min(shapes[i][d] + 1, dynamic.max)
+        for i, d in dynamic.positions:
+            shapes[i][d] = size
+    return [
+        seeded_input(tuple(shape), str(x.dtype).removeprefix("torch."), str(x.device), seed + 1 + i)
+        for i, (shape, x) in enumerate(zip(shapes, inputs))
+    ]
 
 
 def export_and_compile(
     config: BuildConfig,
     on_stage: Callable[[str], None] | None = None,
-    model: IdentityModel | None = None,
+    model: nn.Module | None = None,
 ) -> BuildResult:
     """Run every stage of export_compile.
 
     Args:
         config: what to build.
         on_stage: called with each stage's name (from STAGES) as it starts.
-        model: an already built (e.g. trained) model to export instead of a new one
-            of ``config.variant``; it is an identity only if its ``is_identity`` says so.
+        model: an already built (e.g. trained) model to export instead of the one
+            ``config`` names; it is an identity only if its ``is_identity`` says so.
 
     Returns:
-        The BuildResult. ``passed`` says whether the package's output bits equal
-        eager's at every checked shape; the caller decides what a difference means.
+        The BuildResult. ``passed`` says whether the package's outputs match eager's
+        (bit for bit, or within ``config.max_ulp`` ULP) at every checked shape; the
+        caller decides what a difference means.
 
     Raises:
-        OpLibraryError, ExportError, CompileError, PackageError, InputError: from
-        the stages.
+        OpLibraryError, ModelError, ExportError, CompileError, PackageError,
+        InputError, VerificationError: from the stages.
     """
     config.check()
     timings: dict[str, float] = {}
@@ -147,30 +205,47 @@ def export_and_compile(
         yield
         timings[name] = time.perf_counter() - start
 
-    with stage("load op library"):
-        library = load_op_library(config.op_lib)
+    with stage("load op libraries"):
+        if config.op_libs:
+            libraries = load_op_libraries(config.op_libs)
+        elif config.model is None:
+            libraries = [load_op_library()]
+        else:
+            libraries = []
+        import_modules(config.fake_modules)
 
     with stage("build model"):
-        if model is None:
+        if model is None and config.model is None:
             model = MODEL_VARIANTS[config.variant](config.channels)
-        model = model.to(device=config.device, dtype=DTYPES[config.dtype]).eval()
-        x = seeded_input(config.shape(), config.dtype, config.device, config.seed)
+        if model is not None:
+            model = model.to(device=config.device, dtype=DTYPES[config.dtype]).eval()
+            inputs = [seeded_input(config.shape(), config.dtype, config.device, config.seed)]
+            dynamic_dims = [
+                DynamicDim(((0, DYNAMIC_DIMS[name]),), *config.ranges[name], label=name) for name in config.dynamic
+            ]
+            traced = inputs if config.export_shape() == config.shape() else [
+                seeded_input(config.export_shape(), config.dtype, config.device, config.seed)
+            ]
+        else:
+            model, inputs, traced, dynamic_dims = _build_user_model(config)
+        model_name = config.model or type(model).__name__
 
     with stage("export"):
-        dynamic_dims = {DYNAMIC_DIMS[name]: (name, *config.ranges[name]) for name in config.dynamic}
-        traced = x if config.export_shape() == config.shape() else seeded_input(
-            config.export_shape(), config.dtype, config.device, config.seed
-        )
         # Packages are for inference: tracing without autograd keeps the graph free of
         # training-only state (and lets out= ops, which refuse autograd, export).
         with torch.no_grad():
-            program = export_model(model, (traced,), dynamic_dims)
+            program = export_model(model, tuple(traced), dynamic_dims)
         calls = graph_calls(program)
-        custom_op = "my_ops::identity_conv_op_out" if isinstance(model, IdentityOutModel) else "my_ops::identity_conv_op"
-        if "my_ops::IdentityConvClass" not in calls.classes or custom_op not in calls.ops:
+        if isinstance(model, IdentityModel):
+            _check_identity_layers(model, calls)
+        python_ops = python_only_ops(calls.ops, config.device)
+        if python_ops and not config.allow_python_ops:
+            reasons = "; ".join(f"{op}: {reason}" for op, reason in python_ops.items())
             raise ExportError(
-                f"the exported graph lost a custom layer: it calls ops {calls.ops} and classes "
-                f"{calls.classes}, expected {custom_op} and my_ops::IdentityConvClass"
+                f"the exported graph calls {', '.join(python_ops)}, which the C++ runtime cannot run "
+                f"({reasons}). The C++ runtime has no Python to run such an op: define its schema "
+                "and kernels in C++ (TORCH_LIBRARY) and load the library with --op-lib, or pass "
+                "--allow-python-ops to write a package for the Python runtime only."
             )
 
     with stage("compile"):
@@ -179,32 +254,119 @@ def export_and_compile(
             device=config.device,
             required_ops=calls.ops,
             required_classes=calls.classes,
-            op_libraries=[LIBRARY_NAME],
+            op_libraries=libraries_for([op for op in calls.ops if op not in python_ops] + calls.classes),
             is_identity=bool(getattr(model, "is_identity", False)),
-            example_shapes=[config.shape()],
+            example_shapes=[tuple(x.shape) for x in inputs],
             cpu_flags=instruction_set_flags(),
+            python_only_ops=sorted(python_ops),
+            fake_modules=list(config.fake_modules) + _defining_modules(python_ops, config.model),
         )
         package_path = compile_package(program, config.output, spec)
 
     with stage("verify"):
         spec = read_package_spec(package_path)
         package = load_package(package_path, spec)
-        checks = []
-        shapes = [config.shape()] + ([s] if (s := second_shape(config)) else [])
-        for i, shape in enumerate(shapes):
-            xi = x if i == 0 else seeded_input(shape, config.dtype, config.device, config.seed + i)
+        checks: list[tuple[str, BitReport]] = []
+        reference_outputs: list[torch.Tensor] = []
+        runs = [inputs] + ([more] if (more := second_inputs(inputs, dynamic_dims, config.seed)) else [])
+        for run_inputs in runs:
             with torch.no_grad():
-                eager = model(xi)
-            (package_output,) = package.run([xi])
-            checks.append((f"eager vs package {list(shape)}", compare_bits(package_output, eager)))
+                eager = flatten_outputs(model(*run_inputs))
+            package_outputs = package.run(list(run_inputs))
+            if len(package_outputs) != len(eager):
+                raise VerificationError(
+                    f"the package returned {len(package_outputs)} output(s) where eager returns {len(eager)}"
+                )
+            reference_outputs = reference_outputs or eager
+            shapes = " ".join(str(list(x.shape)) for x in run_inputs)
+            for j, (actual, expected) in enumerate(zip(package_outputs, eager)):
+                label = f"eager vs package {shapes}" + (f" output[{j}]" if len(eager) > 1 else "")
+                checks.append((label, compare_bits(actual, expected)))
+        if config.save_reference is not None:
+            save_tensors(config.save_reference / REFERENCE_INPUTS, inputs)
+            save_tensors(config.save_reference / REFERENCE_OUTPUTS, reference_outputs)
 
     return BuildResult(
         package_path=package_path,
         spec=spec,
         calls=calls,
         graph=str(program.graph),
-        example_input=x,
+        example_inputs=inputs,
         checks=checks,
-        op_library=library,
+        op_libraries=libraries,
+        model_name=model_name,
+        max_ulp=config.max_ulp,
+        reference_dir=config.save_reference,
         timings=timings,
     )
+
+
+def _build_user_model(
+    config: BuildConfig,
+) -> tuple[nn.Module, list[torch.Tensor], list[torch.Tensor], list[DynamicDim]]:
+    """The user's model in eval mode on the device, its example inputs (from the
+    factory, else random of ``input_shapes``), the inputs to trace with, and the
+    dynamic dims checked against the inputs."""
+    assert config.model is not None
+    model, factory_inputs = load_model(config.model, config.model_args)
+    model = model.to(device=config.device).eval()
+    if factory_inputs is not None:
+        if config.input_shapes:
+            raise InputError(
+                f"--model {config.model} returns its own example inputs, so --input-shape is not used; drop it"
+            )
+        inputs = [x.to(config.device) for x in factory_inputs]
+    else:
+        if not config.input_shapes:
+            raise InputError(
+                f"--model {config.model} returns a module only, so its example inputs need shapes: "
+                "pass --input-shape once per forward argument (e.g. --input-shape 1,3,224,224), "
+                "or let the factory return (module, example_inputs)"
+            )
+        model = model.to(dtype=DTYPES[config.dtype])
+        inputs = [
+            seeded_input(shape, config.dtype, config.device, config.seed + i)
+            for i, shape in enumerate(config.input_shapes)
+        ]
+    traced = [x for x in inputs]
+    for dynamic in config.dynamic_dims:
+        for i, d in dynamic.positions:
+            if i >= len(inputs) or d >= inputs[i].dim():
+                raise InputError(
+                    f"--dynamic-dim {dynamic}: there is no dim {d} of input {i}; the example inputs have "
+                    f"shapes {', '.join(str(list(x.shape)) for x in inputs)}"
+                )
+            size = inputs[i].shape[d]
+            if not dynamic.min <= size <= dynamic.max:
+                raise InputError(
+                    f"--dynamic-dim {dynamic}: the example input {i} has size {size} in dim {d}, outside "
+                    f"{dynamic.min}:{dynamic.max}; the example must lie in the range"
+                )
+            if size == 1:
+                # torch.export specialises a size-1 example dim to 1; trace at 2 instead.
+                if factory_inputs is not None:
+                    raise InputError(
+                        f"--dynamic-dim {dynamic}: example input {i} has size 1 in dim {d}, which "
+                        "torch.export fixes to 1; give an example of size >= 2 there"
+                    )
+                shape = list(traced[i].shape)
+                shape[d] = 2
+                traced[i] = seeded_input(tuple(shape), config.dtype, config.device, config.seed + i)
+    return model, inputs, traced, list(config.dynamic_dims)
+
+
+def _check_identity_layers(model: IdentityModel, calls: GraphCalls) -> None:
+    custom_op = "my_ops::identity_conv_op_out" if isinstance(model, IdentityOutModel) else "my_ops::identity_conv_op"
+    if "my_ops::IdentityConvClass" not in calls.classes or custom_op not in calls.ops:
+        raise ExportError(
+            f"the exported graph lost a custom layer: it calls ops {calls.ops} and classes "
+            f"{calls.classes}, expected {custom_op} and my_ops::IdentityConvClass"
+        )
+
+
+def _defining_modules(python_ops: dict[str, str], model_target: str | None) -> list[str]:
+    """The model's module, when Python-only ops are allowed: the Python runtime must
+    import it (or the module that defines the ops) to run the package."""
+    if not python_ops or model_target is None:
+        return []
+    return [model_target.split(":")[0]]

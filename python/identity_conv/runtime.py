@@ -7,32 +7,68 @@ import platform
 from pathlib import Path
 
 import torch
+import torch.utils._pytree as pytree
 
 from .errors import InputError, PackageError
 from .host import host_cpu_flags, missing_cpu_flags
+from .ops import LIBRARY_NAME, load_op_libraries, load_op_library
 from .package import DTYPES, PackageSpec, dtype_name
+from .user_model import import_modules
+
+
+def load_package_libraries(
+    spec: PackageSpec, paths: list[Path], fake_modules: list[str]
+) -> list[Path]:
+    """Load what a package needs before it runs: the given op libraries (without
+    any, the project's library from its default places, if the package needs it),
+    then the modules that register fakes or Python-only ops.
+
+    Returns:
+        The loaded libraries' paths.
+
+    Raises:
+        OpLibraryError, ModelError: a library or module failed to load.
+    """
+    if paths:
+        loaded = load_op_libraries(paths)
+    elif LIBRARY_NAME in spec.op_libraries:
+        loaded = [load_op_library()]
+    else:
+        loaded = []
+    import_modules(fake_modules)
+    return loaded
 
 
 def check_required_symbols(spec: PackageSpec) -> None:
     """Raise PackageError naming each op or class the package needs that is not
     registered in this process, and the library that provides it."""
     missing = []
+    missing_python = []
     for op in spec.required_ops:
         namespace, name = op.split("::")
         if not hasattr(getattr(torch.ops, namespace), name):
-            missing.append(f"op {op}")
+            (missing_python if op in spec.python_only_ops else missing).append(f"op {op}")
     for cls in spec.required_classes:
         namespace, name = cls.split("::")
         try:
             torch._C._get_custom_class_python_wrapper(namespace, name)
         except RuntimeError:
             missing.append(f"class {cls}")
+    problems = []
     if missing:
         libs = ", ".join(spec.op_libraries) or "the op library"
-        raise PackageError(
+        problems.append(
             f"the package needs {' and '.join(missing)}, which no loaded library registers. "
             f"They are defined in {libs}; pass its path (OP_LIB_PATH or --op-lib)."
         )
+    if missing_python:
+        modules = ", ".join(spec.fake_modules) or "the module that defines them"
+        problems.append(
+            f"the package needs the Python-only {' and '.join(missing_python)}, which nothing in this "
+            f"process defined. Import {modules} with --fake-module."
+        )
+    if problems:
+        raise PackageError("\n".join(problems))
 
 
 def _base_version(version: str) -> str:
@@ -155,9 +191,8 @@ class LoadedPackage:
         except RuntimeError as error:
             first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise PackageError(f"running the AOTI package {self.path} failed: {first_line}") from error
-        if isinstance(outputs, torch.Tensor):
-            return [outputs]
-        return list(outputs)
+        # Python gets the model's output structure back; C++ gets the flat list.
+        return pytree.tree_leaves(outputs)
 
 
 def load_package(path: str | Path, spec: PackageSpec) -> LoadedPackage:

@@ -25,7 +25,23 @@ class BitReport:
     actual_bits: str | None = None
     expected_bits: str | None = None
     max_abs_diff: float | None = None
+    # Over elements where both are finite and the expected value is not zero.
+    max_rel_diff: float | None = None
+    # Largest distance in units in the last place (ULP): how many representable
+    # values lie between the two. -0.0 and +0.0 are 0 apart; NaN against a number is
+    # infinitely far, NaN against NaN 0 apart (whatever their payload bits).
+    max_ulp: float | None = None
     reason: str | None = None  # set when dtype or shape differ
+
+    def within_ulp(self, max_ulp: int) -> bool:
+        """True if bit-identical, or, for ``max_ulp`` > 0, if every element lies within
+        ``max_ulp`` ULP of the reference (and dtype and shape agree). 0 demands
+        bit-identity: -0.0 against +0.0 is 0 ULP apart but not the same bits."""
+        if self.identical:
+            return True
+        if max_ulp == 0 or self.reason or self.max_ulp is None:
+            return False
+        return self.max_ulp <= max_ulp
 
     def __str__(self) -> str:
         if self.identical:
@@ -37,7 +53,8 @@ class BitReport:
             f"{self.num_differ} of {self.numel} elements differ; first at [{index}]: "
             f"got {_fmt(self.actual_value)} ({self.actual_bits}), "
             f"expected {_fmt(self.expected_value)} ({self.expected_bits}); "
-            f"max abs diff {_fmt(self.max_abs_diff)}"
+            f"max abs diff {_fmt(self.max_abs_diff)}, max rel diff {_fmt(self.max_rel_diff)}, "
+            f"max ULP distance {_fmt_ulp(self.max_ulp)}"
         )
 
 
@@ -45,6 +62,42 @@ def _fmt(value: float | None) -> str:
     if value is None:
         return "n/a"
     return "nan" if value != value else f"{value:.9g}"
+
+
+def _fmt_ulp(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return "inf" if value == float("inf") else f"{int(value)}"
+
+
+def ulp_distance(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+    """Element-wise distance in ULP of two same-shape, same-dtype tensors, as float64.
+
+    Floats are mapped to integers that are ordered like the values (-0.0 and +0.0
+    both to 0), so the distance counts the representable values between them.
+    Integer and bool tensors get their absolute difference.
+    """
+    if not expected.dtype.is_floating_point:
+        return (actual.detach().cpu().to(torch.float64) - expected.detach().cpu().to(torch.float64)).abs()
+    width_bits = 8 * expected.element_size()
+    sign_mask = (1 << (width_bits - 1)) - 1
+
+    def ordered(tensor: torch.Tensor) -> torch.Tensor:
+        bits = bit_view(tensor).to(torch.int64)  # sign-extends narrower widths
+        magnitude = bits & sign_mask
+        return torch.where(bits < 0, -magnitude, magnitude)
+
+    a, e = ordered(actual), ordered(expected)
+    same_sign = (a >= 0) == (e >= 0)
+    # Opposite signs: |a| + |e| can overflow int64 for float64, so add in float64
+    # (such distances are astronomically large anyway).
+    distance = torch.where(
+        same_sign, (a - e).abs().to(torch.float64), a.abs().to(torch.float64) + e.abs().to(torch.float64)
+    )
+    a_nan = actual.detach().cpu().flatten().isnan()
+    e_nan = expected.detach().cpu().flatten().isnan()
+    distance = torch.where(a_nan & e_nan, torch.zeros_like(distance), distance)
+    return torch.where(a_nan ^ e_nan, torch.full_like(distance, float("inf")), distance)
 
 
 def bit_view(tensor: torch.Tensor) -> torch.Tensor:
@@ -88,7 +141,11 @@ def compare_bits(actual: torch.Tensor, expected: torch.Tensor) -> BitReport:
     a64 = actual.detach().cpu().resolve_neg().flatten().double()
     e64 = expected.detach().cpu().resolve_neg().flatten().double()
     finite = a64.isfinite() & e64.isfinite()
-    max_abs = float(torch.where(finite, (a64 - e64).abs(), torch.zeros_like(a64)).max())
+    abs_diff = torch.where(finite, (a64 - e64).abs(), torch.zeros_like(a64))
+    max_abs = float(abs_diff.max())
+    relative = finite & (e64 != 0)
+    max_rel = float(torch.where(relative, abs_diff / e64.abs().clamp_min(torch.finfo(torch.float64).tiny), 0).max())
+    max_ulp = float(ulp_distance(actual, expected).max())
     width = 2 * actual.element_size()
     mask = (1 << (8 * actual.element_size())) - 1
     return BitReport(
@@ -101,6 +158,8 @@ def compare_bits(actual: torch.Tensor, expected: torch.Tensor) -> BitReport:
         actual_bits=f"0x{int(actual_bits[flat]) & mask:0{width}x}",
         expected_bits=f"0x{int(expected_bits[flat]) & mask:0{width}x}",
         max_abs_diff=max_abs,
+        max_rel_diff=max_rel,
+        max_ulp=max_ulp,
     )
 
 

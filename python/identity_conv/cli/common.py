@@ -88,11 +88,16 @@ def step_progress(total: int) -> Iterator[Callable[[str], None]]:
         progress.update(task, completed=total, description="done")
 
 
-def print_bit_reports(reports: list[tuple[str, BitReport]]) -> bool:
+def print_bit_reports(reports: list[tuple[str, BitReport]], max_ulp: int = 0) -> bool:
     """Print one "label (bitwise): report" line each, then the verdict; True if all
-    are identical."""
+    are identical, or within ``max_ulp`` ULP when that is allowed (the verdict line
+    then says the bits differ)."""
     for label, report in reports:
         console.print(f"{label} (bitwise): {report}")
-    passed = bool(reports) and all(report.identical for _, report in reports)
-    console.print(verdict(passed))
+    passed = bool(reports) and all(report.within_ulp(max_ulp) for _, report in reports)
+    identical = bool(reports) and all(report.identical for _, report in reports)
+    line = verdict(passed)
+    if passed and not identical:
+        line.append(f" (NOT bit-identical: every element within --max-ulp {max_ulp})")
+    console.print(line)
     return passed

@@ -1,11 +1,12 @@
-"""export_compile: export the IdentityModel with torch.export, compile it with
-AOTInductor into a .pt2 package, and verify the package against eager bit-for-bit."""
+"""export_compile: export a model (the built-in IdentityModel, or a user's own with
+--model) with torch.export, compile it with AOTInductor into a .pt2 package, and
+verify the package against eager bit-for-bit."""
 
 from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, List, Optional
 
 import torch
 import typer
@@ -13,7 +14,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import EXIT_MISMATCH, IdentityConvError
-from ..pipeline import DEFAULT_RANGES, STAGES, BuildConfig, export_and_compile
+from ..pipeline import DEFAULT_RANGES, REFERENCE_INPUTS, REFERENCE_OUTPUTS, STAGES, BuildConfig, BuildResult, export_and_compile
+from ..user_model import parse_dynamic_dim, parse_model_args, parse_shape
 from .common import console, exit_with, step_progress, verdict
 
 app = typer.Typer(add_completion=False, rich_markup_mode="rich")
@@ -52,21 +54,106 @@ def _check_range(param: typer.CallbackParam, value: str) -> str:
     return value
 
 
+MODEL_PANEL = "Your own model (--model)"
+IDENTITY_PANEL = "Built-in IdentityModel (the default)"
+
+
 @app.command(
     help=(
-        "Export the four-layer IdentityModel (conv, torchbind class, custom op, conv) with "
-        "torch.export, compile it with AOTInductor into a .pt2 package, and check the "
-        "package's output bit-for-bit against eager.\n\n"
-        "Exit codes: 0 package written and verified, 1 package bits differ from eager, "
-        "2 usage, load, export or compile error."
+        "Export a model with torch.export, compile it with AOTInductor into a .pt2 package, "
+        "and check the package's outputs bit-for-bit against eager.\n\n"
+        "Without --model it builds the four-layer IdentityModel (conv, torchbind class, custom "
+        "op, conv). With --model package.module:factory it deploys your own module: load your op "
+        "libraries with --op-lib (repeatable), give example input shapes with --input-shape "
+        "(or let the factory return (module, example_inputs)), and save the example inputs "
+        "and eager outputs with --save-reference for the runners' --expected.\n\n"
+        "A graph that calls an op only Python can run (torch.library.custom_op) is refused "
+        "before compiling, since the C++ runtime has no Python; --allow-python-ops writes a "
+        "package for the Python runtime only.\n\n"
+        "Exit codes: 0 package written and verified, 1 package outputs differ from eager "
+        "(beyond --max-ulp), 2 usage, load, export or compile error."
     )
 )
 def export_compile(
-    channels: Annotated[int, typer.Option(min=1, help="Channels of the input and of every layer.")] = 3,
-    batch: Annotated[int, typer.Option(min=1, help="Batch size of the example input.")] = 1,
-    height: Annotated[int, typer.Option(min=1, help="Height of the example input.")] = 224,
-    width: Annotated[int, typer.Option(min=1, help="Width of the example input.")] = 224,
-    dtype: Annotated[DType, typer.Option(help="Floating dtype of the model and its input.")] = DType.float32,
+    model: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Your model's factory, package.module:function, imported from the current folder "
+            "or the environment. It returns an nn.Module, or (module, example_inputs).",
+            rich_help_panel=MODEL_PANEL,
+        ),
+    ] = None,
+    model_arg: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            help="KEY=VALUE keyword argument for the factory (repeatable); VALUE is read as a "
+            "Python literal when it is one, else as text.",
+            rich_help_panel=MODEL_PANEL,
+        ),
+    ] = None,
+    input_shape: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            help="Shape of one example input, e.g. 1,3,224,224 (repeat once per forward argument, "
+            "in order). Inputs are seeded random of --dtype. Not needed if the factory returns inputs.",
+            rich_help_panel=MODEL_PANEL,
+        ),
+    ] = None,
+    dynamic_dim: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            help="A dim that may vary at run time: INPUT.DIM=MIN:MAX, e.g. 0.0=1:64 (input 0, dim 0). "
+            "Positions that must share one size go together: 0.0,1.0=1:64. Repeatable.",
+            rich_help_panel=MODEL_PANEL,
+        ),
+    ] = None,
+    fake_module: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            help="Module to import after the op libraries load, e.g. one that registers their fakes "
+            "(torch.library.register_fake). Repeatable.",
+            rich_help_panel=MODEL_PANEL,
+        ),
+    ] = None,
+    save_reference: Annotated[
+        Optional[Path],
+        typer.Option(
+            help=f"Write the example inputs ({REFERENCE_INPUTS}) and eager's outputs ({REFERENCE_OUTPUTS}) "
+            "to this folder, for run_inference/aoti_runner --inputs and --expected.",
+            rich_help_panel=MODEL_PANEL,
+        ),
+    ] = None,
+    allow_python_ops: Annotated[
+        bool,
+        typer.Option(
+            help="Write the package even if the graph calls ops only Python can run. It is marked "
+            "Python-only, and the C++ runner refuses it.",
+            rich_help_panel=MODEL_PANEL,
+        ),
+    ] = False,
+    max_ulp: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Pass if every output is within this many ULP of eager. 0 (the default) demands "
+            "bit-identity; Inductor may reorder float math in a fused kernel.",
+        ),
+    ] = 0,
+    channels: Annotated[
+        int, typer.Option(min=1, help="Channels of the input and of every layer.", rich_help_panel=IDENTITY_PANEL)
+    ] = 3,
+    batch: Annotated[
+        int, typer.Option(min=1, help="Batch size of the example input.", rich_help_panel=IDENTITY_PANEL)
+    ] = 1,
+    height: Annotated[
+        int, typer.Option(min=1, help="Height of the example input.", rich_help_panel=IDENTITY_PANEL)
+    ] = 224,
+    width: Annotated[
+        int, typer.Option(min=1, help="Width of the example input.", rich_help_panel=IDENTITY_PANEL)
+    ] = 224,
+    dtype: Annotated[
+        DType, typer.Option(help="Floating dtype of the model and its inputs (random inputs only for --model).")
+    ] = DType.float32,
     device: Annotated[
         Device, typer.Option(help="Device to compile for. cuda needs a CUDA build of torch and a GPU.")
     ] = Device.cpu,
@@ -75,9 +162,10 @@ def export_compile(
         "artifacts/model.pt2"
     ),
     op_lib: Annotated[
-        Optional[Path],
+        Optional[List[Path]],
         typer.Option(
-            help="Path of libidentity_conv_ops.so. Default: $IDENTITY_CONV_OPS_LIB, then build/.",
+            help="An op library to load before export (repeatable, loaded in order). Default, for "
+            "the IdentityModel: libidentity_conv_ops.so from $IDENTITY_CONV_OPS_LIB, then build/.",
         ),
     ] = None,
     dynamic: Annotated[
@@ -85,22 +173,27 @@ def export_compile(
         typer.Option(
             help="Comma-separated dims that may vary at run time: any of batch, height, width. "
             "The package then accepts any size in the dim's range.",
+            rich_help_panel=IDENTITY_PANEL,
         ),
     ] = "",
     batch_range: Annotated[
-        str, typer.Option(help="MIN:MAX of a dynamic batch.", callback=_check_range)
+        str,
+        typer.Option(help="MIN:MAX of a dynamic batch.", callback=_check_range, rich_help_panel=IDENTITY_PANEL),
     ] = "{}:{}".format(*DEFAULT_RANGES["batch"]),
     height_range: Annotated[
-        str, typer.Option(help="MIN:MAX of a dynamic height.", callback=_check_range)
+        str,
+        typer.Option(help="MIN:MAX of a dynamic height.", callback=_check_range, rich_help_panel=IDENTITY_PANEL),
     ] = "{}:{}".format(*DEFAULT_RANGES["height"]),
     width_range: Annotated[
-        str, typer.Option(help="MIN:MAX of a dynamic width.", callback=_check_range)
+        str,
+        typer.Option(help="MIN:MAX of a dynamic width.", callback=_check_range, rich_help_panel=IDENTITY_PANEL),
     ] = "{}:{}".format(*DEFAULT_RANGES["width"]),
     variant: Annotated[
         Variant,
         typer.Option(
             help="Layer 3 of the model: functional (identity_conv_op returns a new tensor) or out "
             "(the mutable identity_conv_op_out writes a preallocated one).",
+            rich_help_panel=IDENTITY_PANEL,
         ),
     ] = Variant.functional,
     show_graph: Annotated[bool, typer.Option(help="Print the exported graph.")] = True,
@@ -113,24 +206,34 @@ def export_compile(
                 "CUDA build of torch."
             )
         )
-    config = BuildConfig(
-        channels=channels,
-        batch=batch,
-        height=height,
-        width=width,
-        dtype=dtype.value,
-        device=device.value,
-        seed=seed,
-        output=output,
-        op_lib=op_lib,
-        dynamic=tuple(name.strip() for name in dynamic.split(",") if name.strip()),
-        variant=variant.value,
-        ranges={
-            "batch": _parse_range("--batch-range", batch_range),
-            "height": _parse_range("--height-range", height_range),
-            "width": _parse_range("--width-range", width_range),
-        },
-    )
+    try:
+        config = BuildConfig(
+            model=model,
+            model_args=parse_model_args(model_arg or []),
+            input_shapes=[parse_shape(text) for text in input_shape or []],
+            dynamic_dims=[parse_dynamic_dim(text) for text in dynamic_dim or []],
+            fake_modules=list(fake_module or []),
+            save_reference=save_reference,
+            allow_python_ops=allow_python_ops,
+            max_ulp=max_ulp,
+            op_libs=list(op_lib or []),
+            batch=batch,
+            height=height,
+            width=width,
+            dtype=dtype.value,
+            device=device.value,
+            seed=seed,
+            output=output,
+            dynamic=tuple(name.strip() for name in dynamic.split(",") if name.strip()),
+            variant=variant.value,
+            ranges={
+                "batch": _parse_range("--batch-range", batch_range),
+                "height": _parse_range("--height-range", height_range),
+                "width": _parse_range("--width-range", width_range),
+            },
+        )
+    except Exception as error:  # a bad --model-arg, --input-shape or --dynamic-dim
+        exit_with(error)
     try:
         with step_progress(len(STAGES)) as on_stage:
             result = export_and_compile(config, on_stage=on_stage)
@@ -148,18 +251,36 @@ def export_compile(
     table.add_column("value")
     for name, seconds in result.timings.items():
         table.add_row(f"stage: {name}", f"{seconds:.2f} s")
-    table.add_row("input spec", f"{result.spec.inputs[0].shape_str()} {dtype.value} on {device.value}")
+    table.add_row("model", result.model_name)
+    for i, spec in enumerate(result.spec.inputs):
+        table.add_row(f"input[{i}] spec", f"{spec.shape_str()} {spec.dtype} on {device.value}")
     table.add_row("custom ops", ", ".join(result.calls.ops))
     table.add_row("torchbind classes", ", ".join(result.calls.classes))
-    table.add_row("op library", str(result.op_library))
+    if result.spec.python_only_ops:
+        table.add_row("python-only ops", ", ".join(result.spec.python_only_ops) + " (C++ runner refuses this package)")
+    table.add_row("op libraries loaded", ", ".join(str(path) for path in result.op_libraries) or "none given")
+    table.add_row("op libraries recorded", ", ".join(result.spec.op_libraries) or "none")
     table.add_row("package", str(result.package_path))
     table.add_row("package size", f"{result.package_path.stat().st_size / 1e6:.2f} MB")
     for label, report in result.checks:
         table.add_row(f"{label} (bitwise)", str(report))
+    if result.reference_dir is not None:
+        table.add_row("reference", f"{result.reference_dir / REFERENCE_INPUTS}, {result.reference_dir / REFERENCE_OUTPUTS}")
     console.print(table)
-    console.print(Text("verify eager vs package: ").append_text(verdict(result.passed)))
+    console.print(Text("verify eager vs package: ").append_text(verdict(result.passed)).append(_verdict_note(result)))
     if not result.passed:
         raise typer.Exit(EXIT_MISMATCH)
+
+
+def _verdict_note(result: BuildResult) -> str:
+    """Says precisely what PASSED or FAILED means when bits differ."""
+    if result.bit_identical:
+        return " (bit-identical)"
+    worst = max((report.max_ulp or 0.0) for _, report in result.checks)
+    worst_text = "inf" if worst == float("inf") else str(int(worst))
+    if result.passed:
+        return f" (NOT bit-identical: within {worst_text} ULP <= --max-ulp {result.max_ulp})"
+    return f" (NOT bit-identical: up to {worst_text} ULP apart, --max-ulp {result.max_ulp})"
 
 
 def main() -> None:

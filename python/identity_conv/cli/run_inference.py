@@ -1,17 +1,17 @@
 """run_inference: run an AOTI package from Python, with its inputs validated
-against the package's recorded spec, and verify the output bits."""
+against the package's recorded spec, and verify the output bits against a reference
+file (--expected) or, for identity models, against the inputs."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, List, Optional
 
 import typer
 
 from ..errors import EXIT_MISMATCH
-from ..ops import load_op_library
 from ..package import read_package_spec
-from ..runtime import load_package, make_random_inputs, to_package_device
+from ..runtime import load_package, load_package_libraries, make_random_inputs, to_package_device
 from ..tensor_io import load_tensors, save_tensors
 from ..verify import compare_tensor_lists
 from .common import console, exit_with, print_bit_reports
@@ -21,19 +21,42 @@ app = typer.Typer(add_completion=False, rich_markup_mode="rich")
 
 @app.command(
     help=(
-        "Run an AOTI package written by export_compile from Python and check the "
-        "output bit-for-bit against the input (identity models).\n\n"
-        "Inputs are checked against the shapes, dtype and device the package records "
-        "before anything runs.\n\n"
-        "Exit codes: 0 PASSED, 1 output bits differ, 2 usage, load or input error."
+        "Run an AOTI package written by export_compile from Python and check its "
+        "outputs bit-for-bit: against --expected FILE (e.g. the expected.pt of "
+        "export_compile --save-reference), or, without it, against the inputs for "
+        "packages that declare an identity model. Other packages just run.\n\n"
+        "Op libraries are loaded in order before the package: the positional ones, then "
+        "each --op-lib. Inputs are checked against the shapes, dtype and device the package "
+        "records before anything runs.\n\n"
+        "Exit codes: 0 PASSED (or DONE when nothing is compared), 1 output bits differ "
+        "(beyond --max-ulp), 2 usage, load or input error."
     )
 )
 def run_inference(
     model_path: Annotated[Path, typer.Argument(help="The .pt2 package.")] = Path("artifacts/model.pt2"),
-    op_lib_path: Annotated[
-        Optional[Path],
-        typer.Argument(help="libidentity_conv_ops.so. Default: $IDENTITY_CONV_OPS_LIB, then build/."),
+    op_lib_paths: Annotated[
+        Optional[List[Path]],
+        typer.Argument(
+            help="Op libraries to load, in order. Default, for packages that need it: "
+            "libidentity_conv_ops.so from $IDENTITY_CONV_OPS_LIB, then build/.",
+            show_default=False,
+        ),
     ] = None,
+    op_lib: Annotated[
+        Optional[List[Path]], typer.Option(help="Another op library to load (repeatable), after the positional ones.")
+    ] = None,
+    fake_module: Annotated[
+        Optional[List[str]],
+        typer.Option(help="Module to import after the libraries load: one that registers fakes or Python-only ops. Repeatable."),
+    ] = None,
+    expected: Annotated[
+        Optional[Path],
+        typer.Option(help="Compare the outputs bit-for-bit with this tensor file, e.g. export_compile's expected.pt."),
+    ] = None,
+    max_ulp: Annotated[
+        int,
+        typer.Option(min=0, help="With --expected: pass if every output is within this many ULP (0: bit-identity)."),
+    ] = 0,
     inputs: Annotated[
         Optional[Path],
         typer.Option(help="Read inputs from this file: a list of tensors saved with torch.save."),
@@ -43,8 +66,9 @@ def run_inference(
 ) -> None:
     try:
         spec = read_package_spec(model_path)
-        library = load_op_library(op_lib_path)
-        console.print(f"loaded op library {library}")
+        libraries = load_package_libraries(spec, [*(op_lib_paths or []), *(op_lib or [])], list(fake_module or []))
+        for library in libraries:
+            console.print(f"loaded op library {library}")
         package = load_package(model_path, spec)
         if inputs is None:
             tensors = make_random_inputs(spec, seed)
@@ -57,15 +81,21 @@ def run_inference(
         if outputs is not None:
             save_tensors(outputs, results)
             console.print(f"wrote outputs to {outputs}")
-        if not spec.is_identity:
-            console.print("verify: skipped (the package does not declare an identity model)\nDONE")
+        if expected is not None:
+            reports = compare_tensor_lists(results, load_tensors(expected))
+            labels = [f"verify: output[{i}] vs expected[{i}]" for i in range(len(reports))]
+        elif spec.is_identity:
+            reports = compare_tensor_lists(results, tensors)
+            labels = [f"verify: output[{i}] vs input[{i}]" for i in range(len(reports))]
+        else:
+            console.print(
+                "verify: skipped (the package does not declare an identity model; pass --expected FILE)\nDONE"
+            )
             return
-        reports = compare_tensor_lists(results, tensors)
     except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)
 
-    labels = [f"verify: output[{i}] vs input[{i}]" for i in range(len(reports))]
-    if not print_bit_reports(list(zip(labels, reports))):
+    if not print_bit_reports(list(zip(labels, reports)), max_ulp):
         raise typer.Exit(EXIT_MISMATCH)
 
 

@@ -48,7 +48,7 @@ def train_identity(
         library = load_op_library(op_lib)
         with step_progress(steps) as on_step:
             result = train_channel_scale(target, steps=steps, lr=lr, on_step=lambda i, loss: on_step(f"step {i + 1} loss {loss:.2e}"))
-        config = BuildConfig(batch=2, channels=len(target), height=8, width=12, output=output, op_lib=library)
+        config = BuildConfig(batch=2, channels=len(target), height=8, width=12, output=output, op_libs=[library])
         build = export_and_compile(config, model=result.model)
         x = build.example_input
         with torch.no_grad():

@@ -1,0 +1,51 @@
+"""Example user models for ``export_compile --model``. Each factory returns a module,
+or a (module, example_inputs) pair. None of them is an identity, so the runners check
+them against a saved reference (--save-reference, then --expected)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class ScaleShiftModel(nn.Module):
+    """Two inputs, two outputs, native ops only: x [B, F] and y [F] give
+    relu(x * scale + y) (Inductor fuses the three ops into one loop) and the row sums
+    of x * scale (a reduction, whose summation order Inductor may change)."""
+
+    def __init__(self, features: int = 16) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(0)
+        self.scale = nn.Parameter(torch.randn(features, generator=generator))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        scaled = x * self.scale
+        return torch.relu(scaled + y), scaled.sum(dim=1)
+
+
+def scale_shift_model(features: int = 16) -> nn.Module:
+    """The module only: give its inputs with --input-shape B,F --input-shape F."""
+    return ScaleShiftModel(features)
+
+
+class TwoLibraryModel(nn.Module):
+    """Custom ops from two libraries: my_ops::identity_conv_op (libidentity_conv_ops.so)
+    and extra_ops::affine (libextra_ops.so), around a native multiply."""
+
+    def __init__(self, scale: float = 0.5, shift: float = 1.0) -> None:
+        super().__init__()
+        self.scale = scale
+        self.shift = shift
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.ops.my_ops.identity_conv_op(x)
+        x = torch.ops.extra_ops.affine(x, self.scale, self.shift)
+        return x * 2.0
+
+
+def two_library_model(scale: float = 0.5, shift: float = 1.0) -> tuple[nn.Module, tuple[torch.Tensor]]:
+    """The module and its example input, a seeded [4, 3, 8, 8] float32 tensor. Load
+    both libraries first: --op-lib build/libidentity_conv_ops.so --op-lib
+    build/libextra_ops.so --fake-module examples.extra_ops_fakes."""
+    generator = torch.Generator().manual_seed(1)
+    return TwoLibraryModel(scale, shift), (torch.randn(4, 3, 8, 8, generator=generator),)

@@ -1,0 +1,178 @@
+"""Stage 1 for a user's own model: import a ``package.module:factory`` target, call
+it, and describe its example inputs and dynamic dims. The IdentityModel stays the
+default; everything here works for any exportable module."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.utils._pytree as pytree
+from torch import nn
+
+from .errors import InputError, ModelError
+
+_TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_POSITION = re.compile(r"^(\d+)\.(\d+)$")
+
+
+@dataclass(frozen=True)
+class DynamicDim:
+    """One dynamic size shared by every (input, dim) position in ``positions``: the
+    package accepts any size in [min, max] there, the same size at each position."""
+
+    positions: tuple[tuple[int, int], ...]
+    min: int
+    max: int
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        """The torch.export Dim name: the label, else ``in0_d2`` for input 0, dim 2."""
+        i, d = self.positions[0]
+        return self.label or f"in{i}_d{d}"
+
+    def __str__(self) -> str:
+        where = ",".join(f"{i}.{d}" for i, d in self.positions)
+        return f"{where}={self.min}:{self.max}"
+
+
+def parse_dynamic_dim(text: str) -> DynamicDim:
+    """``"0.0,1.0=1:64"`` -> dim 0 of inputs 0 and 1, one shared size in [1, 64].
+
+    Raises:
+        InputError: the text does not follow INPUT.DIM[,INPUT.DIM...]=MIN:MAX.
+    """
+    hint = "expected INPUT.DIM[,INPUT.DIM...]=MIN:MAX, e.g. 0.0=1:64 (input 0, dim 0, sizes 1 to 64)"
+    where, eq, bounds = text.partition("=")
+    low, colon, high = bounds.partition(":")
+    positions = []
+    for part in where.split(","):
+        match = _POSITION.match(part.strip())
+        if not match:
+            raise InputError(f"--dynamic-dim {text!r}: bad position {part!r}; {hint}")
+        positions.append((int(match.group(1)), int(match.group(2))))
+    try:
+        if not eq or not colon:
+            raise ValueError
+        low_value, high_value = int(low), int(high)
+    except ValueError:
+        raise InputError(f"--dynamic-dim {text!r}: bad range {bounds!r}; {hint}") from None
+    if not 1 <= low_value < high_value:
+        raise InputError(f"--dynamic-dim {text!r}: the range holds fewer than two sizes; expected 1 <= MIN < MAX")
+    return DynamicDim(tuple(positions), low_value, high_value)
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``"1,3,224,224"`` -> (1, 3, 224, 224); an empty text is a 0-d tensor."""
+    try:
+        shape = tuple(int(size) for size in text.split(",")) if text.strip() else ()
+    except ValueError:
+        raise InputError(f"--input-shape {text!r}: expected comma-separated sizes, e.g. 1,3,224,224") from None
+    if any(size < 0 for size in shape):
+        raise InputError(f"--input-shape {text!r}: sizes must be >= 0")
+    return shape
+
+
+def parse_model_args(pairs: Sequence[str]) -> dict[str, object]:
+    """``["channels=8", "name=a"]`` -> ``{"channels": 8, "name": "a"}``. A value is read
+    as a Python literal (number, bool, None, tuple, ...) when it is one, else as text."""
+    kwargs: dict[str, object] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key.isidentifier():
+            raise InputError(f"--model-arg {pair!r}: expected KEY=VALUE with KEY a Python identifier")
+        try:
+            kwargs[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            kwargs[key] = value
+    return kwargs
+
+
+def import_modules(names: Sequence[str], what: str = "--fake-module") -> None:
+    """Import each module (e.g. one that registers fakes or Python ops), resolving
+    names from the current directory first, as ``python -m`` would.
+
+    Raises:
+        ModelError: the module cannot be imported; torch's or Python's reason included.
+    """
+    _put_cwd_on_path()
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as error:  # an import runs arbitrary user code
+            raise ModelError(
+                f"{what} {name}: could not import it: {type(error).__name__}: {error}\n"
+                f"Run from the folder that holds the package, or install it into this environment."
+            ) from error
+
+
+def load_model(target: str, kwargs: dict[str, object] | None = None) -> tuple[nn.Module, tuple[torch.Tensor, ...] | None]:
+    """Import ``package.module:factory`` and call ``factory(**kwargs)``.
+
+    Args:
+        target: the factory, as ``package.module:function``.
+        kwargs: keyword arguments for the factory.
+
+    Returns:
+        ``(module, example_inputs)``; example_inputs is None when the factory returns
+        a module only.
+
+    Raises:
+        ModelError: bad target, import failure, the factory raised, or it returned
+            something other than a module or a (module, inputs) pair.
+    """
+    if not _TARGET.match(target):
+        raise ModelError(f"--model {target!r}: expected package.module:factory, e.g. my_models.zoo:build_model")
+    module_name, factory_name = target.split(":")
+    import_modules([module_name], what="--model")
+    module = sys.modules[module_name]
+    factory = getattr(module, factory_name, None)
+    if not callable(factory):
+        raise ModelError(f"--model {target}: module {module_name} has no callable {factory_name!r}")
+    try:
+        made = factory(**(kwargs or {}))
+    except Exception as error:  # the factory is user code
+        raise ModelError(f"--model {target}: the factory raised {type(error).__name__}: {error}") from error
+    inputs = None
+    if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], nn.Module):
+        made, inputs = made
+        inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
+        if not inputs or not all(isinstance(x, torch.Tensor) for x in inputs):
+            raise ModelError(f"--model {target}: the example inputs must be tensors, got {_types(inputs)}")
+    if not isinstance(made, nn.Module):
+        raise ModelError(
+            f"--model {target}: the factory returned a {type(made).__name__}; expected an nn.Module, "
+            "or a tuple (module, example_inputs)"
+        )
+    return made, inputs
+
+
+def flatten_outputs(value: object) -> list[torch.Tensor]:
+    """A model's output (tensor, tuple, list, dict, nested) as the flat list of
+    tensors a package returns, in pytree order.
+
+    Raises:
+        ModelError: a leaf is not a tensor (a package can only return tensors).
+    """
+    leaves = pytree.tree_leaves(value)
+    for i, leaf in enumerate(leaves):
+        if not isinstance(leaf, torch.Tensor):
+            raise ModelError(f"output leaf {i} is a {type(leaf).__name__}; a package can only return tensors")
+    return leaves
+
+
+def _types(values: object) -> str:
+    return ", ".join(type(v).__name__ for v in values) if isinstance(values, tuple) else type(values).__name__
+
+
+def _put_cwd_on_path() -> None:
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
