@@ -48,6 +48,8 @@ class Build:
     dir: Path
     op_library: Path
     runner: Path
+    # The second op library (examples/extra_ops, namespace extra_ops).
+    extra_op_library: Path
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,10 @@ def build() -> Build:
             check=True, env=env,
         )
     subprocess.run(["cmake", "--build", build_dir], check=True, env=env, capture_output=True)
-    result = Build(build_dir, build_dir / "libidentity_conv_ops.so", build_dir / "aoti_runner")
-    assert result.op_library.is_file() and result.runner.is_file()
+    result = Build(
+        build_dir, build_dir / "libidentity_conv_ops.so", build_dir / "aoti_runner", build_dir / "libextra_ops.so"
+    )
+    assert result.op_library.is_file() and result.runner.is_file() and result.extra_op_library.is_file()
     return result
 
 

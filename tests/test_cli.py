@@ -22,11 +22,11 @@ def test_export_compile_happy_path(compiled_package):
     # The graph is shown and holds both custom layers.
     assert "call_torchbind" in output and "my_ops.identity_conv_op" in output
     # The summary table: stage timings, package path and size, the bitwise verdict.
-    for stage in ("load op library", "build model", "export", "compile", "verify"):
+    for stage in ("load op libraries", "build model", "export", "compile", "verify"):
         assert f"stage: {stage}" in output
     assert "package size" in output and "MB" in output
     assert "eager vs package [2, 3, 8, 12]" in output and "identical" in output
-    assert "verify eager vs package: PASSED" in output
+    assert "verify eager vs package: PASSED (bit-identical)" in output
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,370 @@
+"""Bring your own model and op libraries: export_compile --model with the example
+models in examples/, run in both runtimes, checked against the eager reference
+(--save-reference / --expected), and Python-only ops refused before C++ sees them."""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from conftest import REPO_ROOT, Build, run_cmd
+from identity_conv.cli.export_compile import app as export_compile_app
+from identity_conv.cli.run_inference import app as run_inference_app
+from identity_conv.errors import InputError, ModelError
+from identity_conv.export import python_only_ops
+from identity_conv.package import read_package_spec
+from identity_conv.tensor_io import load_tensors, save_tensors
+from identity_conv.user_model import flatten_outputs, load_model, parse_dynamic_dim, parse_model_args
+from identity_conv.verify import compare_bits, ulp_distance
+
+RUN_INFERENCE = Path(sys.executable).parent / "run_inference"
+# Generous enough for any summation order of 16 float32 terms; the tests check what
+# the report says against the bits, never that a difference exists.
+LOOSE_ULP = "64"
+
+
+@dataclass(frozen=True)
+class UserPackage:
+    path: Path
+    reference: Path
+    exit_code: int
+    output: str
+
+
+def _export(args: list[str]) -> tuple[int, str]:
+    # Models are imported from the checkout (examples/...), as a user's from their folder.
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    result = CliRunner().invoke(export_compile_app, args + ["--no-show-graph"])
+    return result.exit_code, result.output
+
+
+@pytest.fixture(scope="session")
+def scale_shift(tmp_path_factory: pytest.TempPathFactory, op_library: Path) -> UserPackage:
+    """Two inputs, two outputs, batch dynamic in 1..64, native ops only: no op library."""
+    out = tmp_path_factory.mktemp("scale_shift")
+    code, output = _export([
+        "--model", "examples.user_models:scale_shift_model", "--input-shape", "4,16", "--input-shape", "16",
+        "--dynamic-dim", "0.0=1:64", "--save-reference", str(out / "ref"), "--max-ulp", LOOSE_ULP,
+        "--output", str(out / "model.pt2"),
+    ])
+    assert code == 0, output
+    return UserPackage(out / "model.pt2", out / "ref", code, output)
+
+
+@pytest.fixture(scope="session")
+def two_library(tmp_path_factory: pytest.TempPathFactory, build: Build, op_library: Path) -> UserPackage:
+    """Custom ops from two libraries; the factory returns its own example input."""
+    out = tmp_path_factory.mktemp("two_library")
+    code, output = _export([
+        "--model", "examples.user_models:two_library_model", "--model-arg", "shift=0.25",
+        "--op-lib", str(build.op_library), "--op-lib", str(build.extra_op_library),
+        "--fake-module", "examples.extra_ops_fakes", "--dynamic-dim", "0.0=1:16",
+        "--save-reference", str(out / "ref"), "--output", str(out / "model.pt2"),
+    ])
+    return UserPackage(out / "model.pt2", out / "ref", code, output)
+
+
+@pytest.fixture(scope="session")
+def python_only(tmp_path_factory: pytest.TempPathFactory) -> UserPackage:
+    """A model with a torch.library.custom_op, exported with --allow-python-ops."""
+    out = tmp_path_factory.mktemp("python_only")
+    code, output = _export([
+        "--model", "examples.python_op_model:python_op_model", "--input-shape", "2,5",
+        "--allow-python-ops", "--save-reference", str(out / "ref"), "--output", str(out / "model.pt2"),
+    ])
+    assert code == 0, output
+    return UserPackage(out / "model.pt2", out / "ref", code, output)
+
+
+def _run_both(build: Build, package: Path, libs: list[Path], inputs: Path, expected: Path, out: Path,
+              *extra: str) -> tuple[tuple[int, str], tuple[int, str]]:
+    """run_inference (in-process) and aoti_runner (subprocess) on the same files."""
+    py_args = [str(package), *map(str, libs), "--inputs", str(inputs), "--expected", str(expected),
+               "--outputs", str(out / "py.pt"), *extra]
+    py = CliRunner().invoke(run_inference_app, py_args)
+    cpp = run_cmd(build.runner, package, *libs, "--inputs", inputs, "--expected", expected,
+                  "--outputs", out / "cpp.pt", *extra)
+    assert "terminate called" not in cpp.stderr
+    return (py.exit_code, py.output), (cpp.returncode, cpp.stdout + cpp.stderr)
+
+
+def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    width = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.view(width), b.view(width))
+
+
+def _verify_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith(("verify:", "PASSED", "FAILED"))]
+
+
+# --- the two-input, two-output model --------------------------------------------------
+
+def test_scale_shift_package_records_every_input(scale_shift):
+    spec = read_package_spec(scale_shift.path)
+    assert [s.shape_str() for s in spec.inputs] == ["[1..64, 16]", "[16]"]
+    assert spec.example_shapes == [(4, 16), (16,)]
+    assert spec.required_ops == [] and not spec.is_identity and spec.python_only_ops == []
+    # Loaded in this process, but not used by the model: not recorded.
+    assert spec.op_libraries == []
+
+
+def test_scale_shift_export_report_matches_the_bits(scale_shift):
+    """The summary says bit-identical exactly when eager's and the package's bits are."""
+    inputs = load_tensors(scale_shift.reference / "inputs.pt")
+    expected = load_tensors(scale_shift.reference / "expected.pt")
+    model, _ = load_model("examples.user_models:scale_shift_model")
+    with torch.no_grad():
+        eager = flatten_outputs(model(*inputs))
+    assert len(expected) == 2 and all(_bits_equal(e, x) for e, x in zip(expected, eager))
+    package = torch._inductor.aoti_load_package(str(scale_shift.path))
+    compiled = flatten_outputs(package(*inputs))
+    identical = all(_bits_equal(c, e) for c, e in zip(compiled, expected))
+    assert ("(bit-identical)" in scale_shift.output) == identical, scale_shift.output
+    assert ("NOT bit-identical" in scale_shift.output) == (not identical), scale_shift.output
+    for j, (c, e) in enumerate(zip(compiled, expected)):
+        row = next(line for line in scale_shift.output.splitlines() if f"[4, 16] [16] output[{j}]" in line)
+        assert ("identical" in row.split("│")[2].strip().split()[0]) == _bits_equal(c, e), row
+
+
+def test_scale_shift_runs_in_both_runtimes_with_the_same_bits(scale_shift, build, tmp_path):
+    """Against eager at max-ulp 0 both runtimes print the same report and exit code,
+    PASSED only if the bits equal eager's; their outputs have identical bits."""
+    inputs, expected = scale_shift.reference / "inputs.pt", scale_shift.reference / "expected.pt"
+    (py_code, py_out), (cpp_code, cpp_out) = _run_both(build, scale_shift.path, [], inputs, expected, tmp_path)
+    py_outputs, cpp_outputs = load_tensors(tmp_path / "py.pt"), load_tensors(tmp_path / "cpp.pt")
+    assert len(py_outputs) == len(cpp_outputs) == 2
+    assert all(_bits_equal(p, c) for p, c in zip(py_outputs, cpp_outputs))
+    identical = all(_bits_equal(p, e) for p, e in zip(py_outputs, load_tensors(expected)))
+    assert py_code == cpp_code == (0 if identical else 1), py_out + cpp_out
+    assert _verify_lines(py_out) == _verify_lines(cpp_out)
+
+
+def test_scale_shift_dynamic_batch_in_both_runtimes(scale_shift, build, tmp_path):
+    generator = torch.Generator().manual_seed(3)
+    inputs = save_tensors(tmp_path / "in.pt", [torch.randn(37, 16, generator=generator), torch.randn(16)])
+    py = CliRunner().invoke(run_inference_app, [str(scale_shift.path), "--inputs", str(inputs),
+                                                "--outputs", str(tmp_path / "py.pt")])
+    cpp = run_cmd(build.runner, scale_shift.path, "--inputs", inputs, "--outputs", tmp_path / "cpp.pt")
+    assert py.exit_code == 0 and "DONE" in py.output, py.output
+    assert cpp.returncode == 0 and "DONE" in cpp.stdout, cpp.stdout + cpp.stderr
+    py_outputs, cpp_outputs = load_tensors(tmp_path / "py.pt"), load_tensors(tmp_path / "cpp.pt")
+    assert [list(t.shape) for t in cpp_outputs] == [[37, 16], [37]]
+    assert all(_bits_equal(p, c) for p, c in zip(py_outputs, cpp_outputs))
+
+
+@pytest.mark.parametrize(
+    "tensors, message",
+    [
+        ([torch.randn(65, 16), torch.randn(16)], "input[0]: dim 0 expected a size in [1, 64], got 65"),
+        ([torch.randn(4, 16), torch.randn(15)], "input[1]: dim 0 expected 16, got 15"),
+        ([torch.randn(4, 16)], "wrong number of inputs: the package expects 2, got 1"),
+    ],
+)
+def test_scale_shift_bad_inputs_are_refused_by_both_runtimes(scale_shift, build, tmp_path, tensors, message):
+    inputs = save_tensors(tmp_path / "in.pt", tensors)
+    py = CliRunner().invoke(run_inference_app, [str(scale_shift.path), "--inputs", str(inputs)])
+    cpp = run_cmd(build.runner, scale_shift.path, "--inputs", inputs)
+    assert py.exit_code == 2 and message in py.output, py.output
+    assert cpp.returncode == 2 and message in cpp.stderr, cpp.stderr
+
+
+def test_ulp_tolerance_is_reported_exactly_by_both_runtimes(scale_shift, build, tmp_path):
+    """An expected file 3 ULP off in one element, and -0.0 against +0.0 in another:
+    both runtimes count the differing bits, report 3 ULP, fail at --max-ulp 2 and
+    pass (saying the bits differ) at --max-ulp 3."""
+    inputs = scale_shift.reference / "inputs.pt"
+    outputs = torch._inductor.aoti_load_package(str(scale_shift.path))(*load_tensors(inputs))
+    relu_out, row_sums = [t.clone() for t in flatten_outputs(outputs)]
+    # Three representable values further from zero: same sign, still finite.
+    assert row_sums[0] != 0
+    row_sums.view(torch.int32)[0] += 3
+    # relu gives exact +0.0s (all-zero bits); one becomes -0.0.
+    zeros = (relu_out.view(torch.int32).flatten() == 0).nonzero()
+    assert len(zeros) > 0
+    relu_out.view(-1)[int(zeros[0])] = -0.0
+    expected = save_tensors(tmp_path / "expected.pt", [relu_out, row_sums])
+    for max_ulp, code, verdict in (("2", 1, "FAILED"), ("3", 0, "PASSED (NOT bit-identical")):
+        (py_code, py_out), (cpp_code, cpp_out) = _run_both(
+            build, scale_shift.path, [], inputs, expected, tmp_path, "--max-ulp", max_ulp)
+        for out, got in ((py_out, py_code), (cpp_out, cpp_code)):
+            assert got == code, out
+            assert "verify: output[1] vs expected[1] (bitwise): 1 of 4 elements differ" in out, out
+            assert "max ULP distance 3" in out, out
+            # Only the zero's sign differs: different bits at distance 0.
+            assert "verify: output[0] vs expected[0] (bitwise): 1 of 64 elements differ" in out, out
+            assert "max abs diff 0, max rel diff 0, max ULP distance 0" in out, out
+            assert verdict in out, out
+        assert _verify_lines(py_out) == _verify_lines(cpp_out)
+
+
+# --- a model with custom ops from two libraries ---------------------------------------
+
+def test_two_library_export_verifies_and_records_both_libraries(two_library):
+    assert two_library.exit_code == 0, two_library.output
+    assert "verify eager vs package: PASSED (bit-identical)" in two_library.output
+    spec = read_package_spec(two_library.path)
+    assert spec.required_ops == ["extra_ops::affine", "my_ops::identity_conv_op"]
+    assert spec.op_libraries == ["libextra_ops.so", "libidentity_conv_ops.so"]
+    assert spec.fake_modules == ["examples.extra_ops_fakes"]
+    assert [s.shape_str() for s in spec.inputs] == ["[1..16, 3, 8, 8]"]
+
+
+def test_two_library_model_arg_reaches_the_factory(two_library):
+    inputs = load_tensors(two_library.reference / "inputs.pt")
+    expected = load_tensors(two_library.reference / "expected.pt")
+    # shift=0.25 from --model-arg, scale 0.5 by default: (x * 0.5 + 0.25) * 2.
+    assert _bits_equal(expected[0], (inputs[0].mul(0.5).add(0.25)) * 2.0)
+
+
+@pytest.mark.parametrize("style", ["positional", "--op-lib"])
+def test_two_library_runs_in_both_runtimes(two_library, build, tmp_path, style):
+    inputs, expected = two_library.reference / "inputs.pt", two_library.reference / "expected.pt"
+    libs = [build.op_library, build.extra_op_library]
+    if style == "positional":
+        (py_code, py_out), (cpp_code, cpp_out) = _run_both(build, two_library.path, libs, inputs, expected, tmp_path)
+    else:
+        extra = ["--op-lib", str(build.extra_op_library)]
+        (py_code, py_out), (cpp_code, cpp_out) = _run_both(
+            build, two_library.path, [build.op_library], inputs, expected, tmp_path, *extra)
+    assert py_code == 0 and "verify: output[0] vs expected[0] (bitwise): identical" in py_out, py_out
+    assert cpp_code == 0 and "verify: output[0] vs expected[0] (bitwise): identical" in cpp_out, cpp_out
+    assert _bits_equal(load_tensors(tmp_path / "py.pt")[0], load_tensors(tmp_path / "cpp.pt")[0])
+
+
+def test_two_library_without_the_second_library_is_a_clear_error(two_library, build, tmp_path):
+    cpp = run_cmd(build.runner, two_library.path, build.op_library)
+    assert cpp.returncode == 2, cpp.stdout + cpp.stderr
+    assert "needs op extra_ops::affine, which no loaded library registers" in cpp.stderr
+    assert "libextra_ops.so" in cpp.stderr
+    # A fresh Python process: this one has libextra_ops.so loaded already.
+    py = run_cmd(RUN_INFERENCE, two_library.path, build.op_library)
+    assert py.returncode == 2 and "extra_ops::affine" in py.stderr and "libextra_ops.so" in py.stderr, py.stderr
+
+
+# --- Python-only ops --------------------------------------------------------------------
+
+def test_python_only_op_is_refused_at_export(tmp_path):
+    package = tmp_path / "model.pt2"
+    code, output = _export(["--model", "examples.python_op_model:python_op_model", "--input-shape", "2,5",
+                            "--output", str(package)])
+    assert code == 2, output
+    assert "python_only_example::double" in output and "no Python" in output and "--allow-python-ops" in output
+    assert not package.exists()
+
+
+def test_python_only_package_is_refused_up_front_by_the_cpp_runner(python_only, build):
+    assert read_package_spec(python_only.path).python_only_ops == ["python_only_example::double"]
+    cpp = run_cmd(build.runner, python_only.path, build.op_library)
+    assert cpp.returncode == 2, cpp.stdout + cpp.stderr
+    assert "python_only_example::double, which only Python can run" in cpp.stderr
+    assert cpp.stdout == ""  # refused before loading anything
+
+
+def test_python_only_package_runs_in_python_with_its_module(python_only):
+    ref = python_only.reference
+    args = [python_only.path, "--inputs", ref / "inputs.pt", "--expected", ref / "expected.pt"]
+    without = run_cmd(RUN_INFERENCE, *args, cwd=REPO_ROOT)
+    assert without.returncode == 2 and "--fake-module" in without.stderr, without.stderr
+    assert "examples.python_op_model" in without.stderr
+    with_module = run_cmd(RUN_INFERENCE, *args, "--fake-module", "examples.python_op_model", cwd=REPO_ROOT)
+    assert with_module.returncode == 0, with_module.stdout + with_module.stderr
+    assert "verify: output[0] vs expected[0] (bitwise): identical" in with_module.stdout
+
+
+def test_python_only_ops_detection(op_library):
+    import examples.python_op_model  # noqa: F401  (registers python_only_example::double)
+
+    assert python_only_ops(["my_ops::identity_conv_op"], "cpu") == {}
+    found = python_only_ops(["python_only_example::double", "my_ops::identity_conv_op"], "cpu")
+    assert list(found) == ["python_only_example::double"] and "defined from Python" in found[
+        "python_only_example::double"]
+
+
+# --- CLI usage errors -------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--model", "examples.user_models:scale_shift_model"], "pass --input-shape once per forward argument"),
+        (["--input-shape", "1,3"], "apply to a model given with --model"),
+        (["--model", "examples.user_models:scale_shift_model", "--dynamic", "batch"], "give dynamic dims with --dynamic-dim"),
+        (["--model", "no_such_module_xyz:f", "--input-shape", "1"], "could not import it"),
+        (["--model", "examples.user_models:missing", "--input-shape", "1"], "has no callable 'missing'"),
+        (["--model", "examples.user_models", "--input-shape", "1"], "expected package.module:factory"),
+        (["--model", "examples.user_models:ScaleShiftModel", "--model-arg", "features=x y",
+          "--input-shape", "1"], "the factory raised"),
+        (["--model", "examples.user_models:scale_shift_model", "--input-shape", "4,16", "--input-shape", "16",
+          "--dynamic-dim", "0.0=5:64"], "outside 5:64"),
+        (["--model", "examples.user_models:scale_shift_model", "--input-shape", "4,16", "--input-shape", "16",
+          "--dynamic-dim", "2.0=1:64"], "there is no dim 0 of input 2"),
+        (["--model", "examples.user_models:scale_shift_model", "--input-shape", "4,16", "--input-shape", "16",
+          "--dynamic-dim", "0.0"], "expected INPUT.DIM[,INPUT.DIM...]=MIN:MAX"),
+        (["--model", "examples.user_models:scale_shift_model", "--input-shape", "4,x"],
+         "expected comma-separated sizes"),
+        (["--model", "examples.user_models:two_library_model", "--input-shape", "4,3,8,8"],
+         "returns its own example inputs"),
+    ],
+)
+def test_export_compile_model_usage_errors(args, message, op_library, tmp_path):
+    code, output = _export(args + ["--output", str(tmp_path / "m.pt2")])
+    assert code == 2, output
+    assert message in output, output
+    assert not (tmp_path / "m.pt2").exists()
+
+
+# --- units --------------------------------------------------------------------------------
+
+def test_parse_dynamic_dim():
+    dim = parse_dynamic_dim("0.0,1.2=2:64")
+    assert dim.positions == ((0, 0), (1, 2)) and (dim.min, dim.max) == (2, 64) and str(dim) == "0.0,1.2=2:64"
+    for bad in ("0=1:4", "0.0=4:4", "0.0=1", "a.b=1:2", "0.0=0:8"):
+        with pytest.raises(InputError):
+            parse_dynamic_dim(bad)
+
+
+def test_parse_model_args():
+    assert parse_model_args(["n=8", "scale=0.5", "name=abc", "flag=True", "dims=(1, 2)"]) == {
+        "n": 8, "scale": 0.5, "name": "abc", "flag": True, "dims": (1, 2)}
+    with pytest.raises(InputError):
+        parse_model_args(["no_equals"])
+
+
+def test_load_model_calls_the_factory_with_its_arguments():
+    model, inputs = load_model("examples.user_models:scale_shift_model", {"features": 8})
+    assert model.scale.shape == (8,) and inputs is None
+    with pytest.raises(ModelError, match="returned a float"):
+        load_model("random:random")
+
+
+def test_flatten_outputs_keeps_pytree_order():
+    a, b, c = torch.zeros(1), torch.ones(1), torch.full((1,), 2.0)
+    assert flatten_outputs((a, [b, {"k": c}])) == [a, b, c]
+    with pytest.raises(ModelError, match="leaf 1 is a int"):
+        flatten_outputs((a, 3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_ulp_distance_counts_representable_values(dtype):
+    x = torch.tensor([1.0, -2.5, 0.0, 3.0, float("nan"), float("nan"), 1e-3], dtype=dtype)
+    y = x.clone()
+    y[0] = torch.nextafter(torch.nextafter(x[0], x[0] + 1), x[0] + 1)  # 2 ULP up
+    y[1] = torch.nextafter(x[1], x[1] - 1)  # 1 ULP away from zero
+    y[2] = -0.0  # +0.0 vs -0.0: different bits, same value
+    y[3] = float("nan")
+    y[6] = -x[6]  # across zero: the distances to zero add up
+    distance = ulp_distance(x, y)
+    assert distance[:6].tolist() == [2.0, 1.0, 0.0, math.inf, 0.0, 0.0]
+    to_zero = ulp_distance(x[6:], torch.zeros(1, dtype=dtype))
+    assert to_zero[0] > 1000 and distance[6] == 2 * to_zero[0]
+    report = compare_bits(x, y)
+    assert report.max_ulp == math.inf and not report.within_ulp(10**9)
+    assert compare_bits(x[:3], y[:3]).within_ulp(2) and not compare_bits(x[:3], y[:3]).within_ulp(1)
+    # Only the sign of zero differs: 0 ULP apart, yet --max-ulp 0 means bit-identity.
+    assert compare_bits(x[2:3], y[2:3]).max_ulp == 0 and not compare_bits(x[2:3], y[2:3]).within_ulp(0)
