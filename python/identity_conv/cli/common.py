@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, NoReturn, Optional
+from typing import Annotated, List, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -36,6 +36,22 @@ err_console = Console(stderr=True, highlight=False, markup=False, soft_wrap=True
 RunnerOption = Annotated[Path, typer.Option(help="The C++ runner (built by ./scripts/setup.sh).")]
 OpLibOption = Annotated[
     Optional[Path], typer.Option(help="libidentity_conv_ops.so. Default: $IDENTITY_CONV_OPS_LIB, then build/.")
+]
+
+FakeModuleOption = Annotated[
+    Optional[List[str]],
+    typer.Option(
+        help="Module to import after the op libraries load: one that registers their fakes "
+        "(torch.library.register_fake) or Python-only ops. Repeatable.",
+    ),
+]
+MaxUlpOption = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="Pass if every output is within this many ULP of its reference. 0 (the default) "
+        "demands the same bits; Inductor may reorder float math in a fused kernel.",
+    ),
 ]
 
 

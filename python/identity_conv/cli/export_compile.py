@@ -16,7 +16,7 @@ from rich.text import Text
 from ..errors import EXIT_MISMATCH, IdentityConvError
 from ..pipeline import DEFAULT_RANGES, REFERENCE_INPUTS, REFERENCE_OUTPUTS, STAGES, BuildConfig, BuildResult, export_and_compile
 from ..user_model import parse_dynamic_dim, parse_model_args, parse_shape
-from .common import console, exit_with, step_progress, verdict
+from .common import FakeModuleOption, MaxUlpOption, console, exit_with, step_progress, verdict
 
 app = typer.Typer(add_completion=False, rich_markup_mode="rich")
 
@@ -107,14 +107,7 @@ def export_compile(
             rich_help_panel=MODEL_PANEL,
         ),
     ] = None,
-    fake_module: Annotated[
-        Optional[List[str]],
-        typer.Option(
-            help="Module to import after the op libraries load, e.g. one that registers their fakes "
-            "(torch.library.register_fake). Repeatable.",
-            rich_help_panel=MODEL_PANEL,
-        ),
-    ] = None,
+    fake_module: FakeModuleOption = None,
     save_reference: Annotated[
         Optional[Path],
         typer.Option(
@@ -131,14 +124,7 @@ def export_compile(
             rich_help_panel=MODEL_PANEL,
         ),
     ] = False,
-    max_ulp: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="Pass if every output is within this many ULP of eager. 0 (the default) demands "
-            "bit-identity; Inductor may reorder float math in a fused kernel.",
-        ),
-    ] = 0,
+    max_ulp: MaxUlpOption = 0,
     channels: Annotated[
         int, typer.Option(min=1, help="Channels of the input and of every layer.", rich_help_panel=IDENTITY_PANEL)
     ] = 3,
@@ -217,6 +203,7 @@ def export_compile(
             allow_python_ops=allow_python_ops,
             max_ulp=max_ulp,
             op_libs=list(op_lib or []),
+            channels=channels,
             batch=batch,
             height=height,
             width=width,

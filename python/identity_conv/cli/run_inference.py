@@ -14,7 +14,7 @@ from ..package import read_package_spec
 from ..runtime import load_package, load_package_libraries, make_random_inputs, to_package_device
 from ..tensor_io import load_tensors, save_tensors
 from ..verify import compare_tensor_lists
-from .common import console, exit_with, print_bit_reports
+from .common import FakeModuleOption, MaxUlpOption, console, exit_with, print_bit_reports
 
 app = typer.Typer(add_completion=False, rich_markup_mode="rich")
 
@@ -45,18 +45,12 @@ def run_inference(
     op_lib: Annotated[
         Optional[List[Path]], typer.Option(help="Another op library to load (repeatable), after the positional ones.")
     ] = None,
-    fake_module: Annotated[
-        Optional[List[str]],
-        typer.Option(help="Module to import after the libraries load: one that registers fakes or Python-only ops. Repeatable."),
-    ] = None,
+    fake_module: FakeModuleOption = None,
     expected: Annotated[
         Optional[Path],
         typer.Option(help="Compare the outputs bit-for-bit with this tensor file, e.g. export_compile's expected.pt."),
     ] = None,
-    max_ulp: Annotated[
-        int,
-        typer.Option(min=0, help="With --expected: pass if every output is within this many ULP (0: bit-identity)."),
-    ] = 0,
+    max_ulp: MaxUlpOption = 0,
     inputs: Annotated[
         Optional[Path],
         typer.Option(help="Read inputs from this file: a list of tensors saved with torch.save."),
