@@ -5,12 +5,15 @@
 
 #include <cctype>
 #include <cstdlib>
+#include <fstream>
+#include <iomanip>
 #include <exception>
 #include <iostream>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "bench.h"
 #include "runner.h"
 
 namespace {
@@ -34,9 +37,21 @@ Options:
   --outputs FILE         write the outputs to FILE in the same format
   --expected FILE        compare the outputs bit-for-bit with FILE, e.g. the
                          expected.pt of export_compile --save-reference
-  --max-ulp N            with --expected: pass if every output element is within
-                         N ULP (default 0: bit-identity)
+  --max-ulp N            pass if every output element is within N ULP of its
+                         reference (expected or input); default 0: the same bits
   --seed N               seed of the random input used without --inputs (default 0)
+  --malloc POLICY        retain (default): glibc keeps freed memory for reuse
+                         (M_MMAP_MAX=0, M_TRIM_THRESHOLD=max), so runs after the
+                         first page-fault nothing in; system: glibc's defaults
+
+Benchmark (timing inside this process; outputs of every run are checked):
+  --bench N              run the package N times per thread after a warm-up and
+                         print p50/p90/p99 latency, throughput and RSS at start and
+                         end (also --iterations N, e.g. 10000 for a soak run)
+  --warmup N             untimed runs per thread first (default 50)
+  --threads T            serve from T threads, one model instance each (default 1)
+  --intra-op-threads N   intra-op threads per serving thread (default: cores / T)
+  --bench-json FILE      also write the results as JSON
   --inspect              print what the package records (inputs, device, required
                          ops and classes, torch version, CPU ISA) and exit
   --list-loaded-objects  print every shared object mapped into this process
@@ -58,6 +73,10 @@ struct Options {
   std::string expected;
   int64_t max_ulp = 0;
   uint64_t seed = 0;
+  std::string malloc_policy = "retain";
+  int64_t bench_iterations = 0;  // 0: no benchmark
+  aoti_runner::BenchOptions bench;
+  std::string bench_json;
   bool list_loaded_objects = false;
   bool inspect = false;
 };
@@ -87,6 +106,17 @@ uint64_t parse_unsigned(const std::string& flag, const std::string& value) {
   }
 }
 
+// A count in [low, high].
+int64_t parse_count(const std::string& flag, const std::string& value, int64_t low,
+                    int64_t high = std::numeric_limits<int32_t>::max()) {
+  const auto parsed = parse_unsigned(flag, value);
+  if (parsed < static_cast<uint64_t>(low) || parsed > static_cast<uint64_t>(high)) {
+    throw aoti_runner::RunnerError(flag + " expects an integer in [" + std::to_string(low) + ", " +
+                                   std::to_string(high) + "], got '" + value + "'.");
+  }
+  return static_cast<int64_t>(parsed);
+}
+
 Options parse_args(int argc, char** argv) {
   Options options;
   std::vector<std::string> positional;
@@ -112,6 +142,19 @@ Options parse_args(int argc, char** argv) {
       options.max_ulp = static_cast<int64_t>(value);
     } else if (arg == "--seed") {
       options.seed = parse_unsigned(arg, take_value(argc, argv, i));
+    } else if (arg == "--malloc") {
+      options.malloc_policy = take_value(argc, argv, i);
+    } else if (arg == "--bench" || arg == "--iterations") {
+      options.bench_iterations = parse_count(arg, take_value(argc, argv, i), 1);
+    } else if (arg == "--warmup") {
+      options.bench.warmup = parse_count(arg, take_value(argc, argv, i), 0);
+    } else if (arg == "--threads") {
+      options.bench.threads = static_cast<int>(parse_count(arg, take_value(argc, argv, i), 1, 256));
+    } else if (arg == "--intra-op-threads") {
+      options.bench.intra_op_threads =
+          static_cast<int>(parse_count(arg, take_value(argc, argv, i), 1, 1024));
+    } else if (arg == "--bench-json") {
+      options.bench_json = take_value(argc, argv, i);
     } else if (arg == "--inspect") {
       options.inspect = true;
     } else if (arg == "--list-loaded-objects") {
@@ -131,8 +174,39 @@ Options parse_args(int argc, char** argv) {
   return options;
 }
 
+void print_bench(const aoti_runner::BenchResult& result, const std::string& allocator) {
+  using aoti_runner::percentile;
+  std::vector<double> all;
+  for (const auto& t : result.threads) {
+    all.insert(all.end(), t.latencies_us.begin(), t.latencies_us.end());
+  }
+  double throughput = 0;
+  for (const auto& t : result.threads) {
+    throughput += static_cast<double>(t.latencies_us.size()) / t.busy_seconds;
+  }
+  std::cout << std::fixed << std::setprecision(1);
+  std::cout << "bench: " << result.options.threads << " serving thread(s) x "
+            << result.options.iterations << " timed runs (after " << result.options.warmup
+            << " warm-up), " << result.intra_op_threads << " intra-op thread(s) each\n";
+  std::cout << "bench: allocator: " << allocator << "\n";
+  std::cout << "bench: latency p50 " << percentile(all, 50) << " us, p90 " << percentile(all, 90)
+            << " us, p99 " << percentile(all, 99) << " us\n";
+  for (size_t t = 0; t < result.threads.size(); ++t) {
+    std::cout << "bench: thread " << t << " p50 " << percentile(result.threads[t].latencies_us, 50)
+              << " us\n";
+  }
+  std::cout << "bench: throughput " << throughput << " runs/s\n";
+  std::cout << "bench: outputs checked " << all.size() << ", bits differ from the first run in "
+            << result.mismatched_outputs << "\n";
+  std::cout << "bench: RSS " << result.rss_start_kib << " KiB at start, " << result.rss_end_kib
+            << " KiB at end\n";
+  std::cout.unsetf(std::ios::floatfield);
+}
+
 int run(const Options& options) {
   using namespace aoti_runner;
+  const auto malloc_policy = parse_malloc_policy(options.malloc_policy);
+  apply_malloc_policy(malloc_policy);
   const auto spec = read_package_spec(options.package);
   if (options.inspect) {
     std::cout << "package: " << options.package << "\n";
@@ -163,7 +237,30 @@ int run(const Options& options) {
               << spec.inputs[i].dtype << " on " << spec.device << "\n";
   }
 
-  const auto outputs = run_package(options.package, ready);
+  std::vector<at::Tensor> outputs;
+  if (options.bench_iterations > 0) {
+    auto bench_options = options.bench;
+    bench_options.iterations = options.bench_iterations;
+    const auto result = bench_package(options.package, ready, bench_options);
+    print_bench(result, describe_malloc_policy(malloc_policy));
+    const auto json = bench_json(result, options.malloc_policy);
+    std::cout << "bench json: " << json << "\n";
+    if (!options.bench_json.empty()) {
+      std::ofstream file(options.bench_json);
+      file << json << "\n";
+      if (!file) {
+        throw RunnerError("could not write " + options.bench_json);
+      }
+    }
+    if (result.mismatched_outputs > 0) {
+      std::cout << "bench: " << result.mismatched_outputs
+                << " run(s) returned outputs whose bits differ from the first run's\nFAILED\n";
+      return kExitMismatch;
+    }
+    outputs = result.reference_outputs;
+  } else {
+    outputs = run_package(options.package, ready);
+  }
   std::cout << "ran " << options.package << ": " << outputs.size() << " output(s)\n";
   if (!options.outputs.empty()) {
     save_tensors(options.outputs, outputs);

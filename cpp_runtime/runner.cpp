@@ -278,6 +278,20 @@ PackageSpec read_package_spec(const std::string& path) {
   spec.cpu_flags = split(get("cpu_flags").value_or(""), ' ');
   spec.python_only_ops = split(get("python_only_ops").value_or(""), ',');
   spec.fake_modules = split(get("fake_modules").value_or(""), ',');
+  spec.optimizations = get("optimizations").value_or("");
+  for (const auto& group : split(get("shared_dims").value_or(""), ';')) {
+    std::vector<std::pair<int64_t, int64_t>> positions;
+    for (const auto& position : split(group, ',')) {
+      const auto dot = position.find('.');
+      if (dot == std::string::npos) {
+        throw RunnerError("package metadata is malformed: shared dims '" + group +
+                          "'. Re-export the package with export_compile.");
+      }
+      positions.emplace_back(parse_int(position.substr(0, dot), "a shared dim"),
+                             parse_int(position.substr(dot + 1), "a shared dim"));
+    }
+    spec.shared_dims.push_back(positions);
+  }
   for (const auto& shape : split(get("example_shapes").value_or(""), ';')) {
     std::vector<int64_t> sizes;
     for (const auto& size : split(shape, ',')) {
@@ -487,7 +501,8 @@ std::vector<at::Tensor> make_random_inputs(const PackageSpec& spec, uint64_t see
       }
     }
     const auto dtype = dtype_from_name(input.dtype);
-    if (!dtype) {
+    // Like the Python runner: random values only for the float dtypes.
+    if (!dtype || !at::isFloatingType(*dtype)) {
       throw RunnerError("cannot generate a random input of dtype " + input.dtype +
                         "; pass --inputs FILE.");
     }
@@ -548,6 +563,26 @@ std::vector<at::Tensor> validate_inputs(const std::vector<at::Tensor>& inputs,
     // AOTI reads inputs as dense row-major buffers: strided inputs would be misread,
     // and lazy negation/conjugation bits must be applied first.
     ready.push_back(t.resolve_conj().resolve_neg().contiguous());
+  }
+  for (const auto& group : spec.shared_dims) {
+    const auto [i0, d0] = group.front();
+    const auto size_at = [&](int64_t i, int64_t d) {
+      if (i < 0 || static_cast<size_t>(i) >= ready.size() || d < 0 || d >= ready[i].dim()) {
+        throw RunnerError("package metadata is malformed: shared dim " + std::to_string(i) + "." +
+                          std::to_string(d) + " is not an input dim. Re-export the package.");
+      }
+      return ready[i].size(d);
+    };
+    const auto first = size_at(i0, d0);
+    for (const auto& [i, d] : group) {
+      const auto size = size_at(i, d);
+      if (size != first) {
+        throw RunnerError("input[" + std::to_string(i) + "]: dim " + std::to_string(d) +
+                          " must equal input[" + std::to_string(i0) + "] dim " + std::to_string(d0) +
+                          " (the package compiled them as one dynamic size), got " +
+                          std::to_string(size) + " and " + std::to_string(first) + ".");
+      }
+    }
   }
   return ready;
 }
@@ -681,6 +716,16 @@ std::vector<std::pair<std::string, std::string>> describe_package(const PackageS
   rows.emplace_back("python-only ops",
                     spec.python_only_ops.empty() ? "none" : join(spec.python_only_ops, ", "));
   rows.emplace_back("fake modules", join(spec.fake_modules, ", "));
+  std::vector<std::string> groups;
+  for (const auto& group : spec.shared_dims) {
+    std::vector<std::string> positions;
+    for (const auto& [i, d] : group) {
+      positions.push_back("input[" + std::to_string(i) + "] dim " + std::to_string(d));
+    }
+    groups.push_back(join(positions, " = "));
+  }
+  rows.emplace_back("shared dims", join(groups, "; "));
+  rows.emplace_back("optimizations", spec.optimizations);
   rows.emplace_back("identity model", spec.is_identity ? "yes" : "no");
   rows.emplace_back("torch version", spec.torch_version);
   rows.emplace_back("platform", raw("AOTI_PLATFORM") + " " + raw("AOTI_MACHINE"));

@@ -65,6 +65,9 @@ struct PackageSpec {
   std::vector<std::string> python_only_ops;
   // Modules the Python runner imports for fakes or Python ops (shown by --inspect).
   std::vector<std::string> fake_modules;
+  std::string optimizations;  // what export_compile's graph optimizations did
+  // Groups of (input, dim) positions that must have equal sizes (one dynamic dim).
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> shared_dims;
   std::map<std::string, std::string> raw;  // every metadata entry, for --inspect
 };
 

@@ -29,3 +29,15 @@ class PythonOpModel(nn.Module):
 def python_op_model() -> nn.Module:
     """The module only: give its input with --input-shape."""
     return PythonOpModel()
+
+
+class CondPythonOpModel(nn.Module):
+    """The Python-only op inside a branch of torch.cond: still refused."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.sum() > 0, lambda t: double(t), lambda t: t - 1.0, (x,))
+
+
+def cond_python_op_model() -> nn.Module:
+    """The module only: give its input with --input-shape."""
+    return CondPythonOpModel()

@@ -49,3 +49,16 @@ def two_library_model(scale: float = 0.5, shift: float = 1.0) -> tuple[nn.Module
     build/libextra_ops.so --fake-module examples.extra_ops_fakes."""
     generator = torch.Generator().manual_seed(1)
     return TwoLibraryModel(scale, shift), (torch.randn(4, 3, 8, 8, generator=generator),)
+
+
+class PairModel(nn.Module):
+    """Two inputs that share their batch size, and a dict output that holds a list:
+    the package returns the leaves flat, in pytree order (sum, parts[0], parts[1])."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, object]:
+        return {"sum": x + y, "parts": [x * 2.0, torch.tanh(y)]}
+
+
+def pair_model() -> nn.Module:
+    """The module only: give --input-shape B,F twice and --dynamic-dim 0.0,1.0=MIN:MAX."""
+    return PairModel()

@@ -31,10 +31,10 @@ want="$TORCH_SPEC $(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
   step "installing $TORCH_SPEC"
   "${PIP[@]}" install --quiet "$TORCH_SPEC"
-  step "installing the identity_conv package (editable) with test and build tools"
+  step "installing the identity_conv package (editable) with test, build and bench tools"
   # No build isolation is needed: the backend is setuptools, and torch is already in
   # the venv, so pip does not fetch a second torch for the build.
-  "${PIP[@]}" install --quiet -e "$ROOT[test,build]"
+  "${PIP[@]}" install --quiet -e "$ROOT[test,build,bench]"
   echo "$want" > "$stamp"
 else
   step "reusing $VENV ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

@@ -161,19 +161,6 @@ def dynamic_package(parity_matrix) -> Path:
 def rewrite_metadata(source: Path, target: Path, changes: dict[str, str | None]) -> Path:
     """Copy an AOTI package, editing the metadata JSON files it carries: a value of
     None deletes the key. Used to craft packages from other devices and hosts."""
-    import json
-    import zipfile
+    from identity_conv.package import rewrite_package_metadata
 
-    with zipfile.ZipFile(source) as src, zipfile.ZipFile(target, "w") as dst:
-        for item in src.infolist():
-            data = src.read(item.filename)
-            if item.filename.endswith("_metadata.json"):
-                metadata = json.loads(data)
-                for key, value in changes.items():
-                    if value is None:
-                        metadata.pop(key, None)
-                    else:
-                        metadata[key] = value
-                data = json.dumps(metadata).encode()
-            dst.writestr(item, data)
-    return target
+    return rewrite_package_metadata(source, target, changes)

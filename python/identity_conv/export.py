@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+import json
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -23,6 +26,8 @@ class GraphCalls:
 
     ops: list[str]
     classes: list[str]
+    # Each op's overloads as called, e.g. {"my_ops::identity_conv_op": [OpOverload]}.
+    overloads: dict[str, list[torch._ops.OpOverload]] = field(default_factory=dict)
 
 
 def export_model(
@@ -58,7 +63,13 @@ def export_model(
     try:
         return torch.export.export(model, example_inputs, dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as error:  # torch raises many unrelated types here
-        raise ExportError(f"torch.export failed: {type(error).__name__}: {error}") from error
+        hint = ""
+        if type(error).__name__ == "UnsupportedOperatorException":
+            hint = (
+                f"\nThe op {error} has no fake (meta) kernel, which tracing needs: register one with "
+                "torch.library.register_fake in a module and import it with --fake-module."
+            )
+        raise ExportError(f"torch.export failed: {type(error).__name__}: {error}{hint}") from error
 
 
 def input_specs(program: torch.export.ExportedProgram) -> list[TensorSpec]:
@@ -84,25 +95,66 @@ def input_specs(program: torch.export.ExportedProgram) -> list[TensorSpec]:
     return specs
 
 
+def shared_dims(program: torch.export.ExportedProgram) -> list[list[tuple[int, int]]]:
+    """Groups of (input, dim) positions that torch.export proved to be one size (the
+    same symbol): a runner must see equal sizes there, or the compiled code reads
+    out of bounds. Only groups of two or more positions."""
+    user_inputs = [
+        spec.arg.name
+        for spec in program.graph_signature.input_specs
+        if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT
+    ]
+    placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
+    groups: dict[str, list[tuple[int, int]]] = {}
+    for i, name in enumerate(user_inputs):
+        for d, size in enumerate(placeholders[name].meta["val"].shape):
+            if not isinstance(size, int):
+                groups.setdefault(str(size.node.expr), []).append((i, d))
+    return [positions for positions in groups.values() if len(positions) > 1]
+
+
 def graph_calls(program: torch.export.ExportedProgram) -> GraphCalls:
-    """List the custom ops and torchbind classes the graph calls, sorted."""
-    ops: set[str] = set()
+    """List the custom ops and torchbind classes the graph calls, sorted, in the
+    top-level graph and in every subgraph (e.g. the branches of torch.cond)."""
+    ops: dict[str, list[torch._ops.OpOverload]] = {}
     classes: set[str] = set()
-    for node in program.graph.nodes:
-        if node.op != "call_function":
+    for module in program.graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
             continue
-        if node.target is torch.ops.higher_order.call_torchbind:
-            qualname = _torchbind_qualname(node.args[0].meta.get("val"))
-            if qualname:
-                classes.add(qualname)
-            continue
-        if isinstance(node.target, torch._ops.OpOverload):
-            namespace = node.target.namespace
-            if namespace not in _BUILTIN_NAMESPACES:
-                ops.add(f"{namespace}::{node.target._opname}")
+        for node in module.graph.nodes:
+            if node.op != "call_function":
+                continue
+            if node.target is torch.ops.higher_order.call_torchbind:
+                qualname = _torchbind_qualname(node.args[0].meta.get("val"))
+                if qualname:
+                    classes.add(qualname)
+                continue
+            if isinstance(node.target, torch._ops.OpOverload):
+                namespace = node.target.namespace
+                if namespace not in _BUILTIN_NAMESPACES:
+                    overloads = ops.setdefault(f"{namespace}::{node.target._opname}", [])
+                    if node.target not in overloads:
+                        overloads.append(node.target)
     # The torchbind class's methods call ops too, but the package runs them through
     # the class, so requiring the class is enough for them.
-    return GraphCalls(sorted(ops), sorted(classes))
+    return GraphCalls(sorted(ops), sorted(classes), ops)
+
+
+def package_extern_ops(package_path: str | Path) -> list[str]:
+    """The custom ops a compiled package really calls at run time (through AOTI's
+    proxy executor, listed in the package's ``*.wrapper.json``), sorted. Ops that
+    Inductor compiled into its own kernels are not among them."""
+    ops: set[str] = set()
+    with zipfile.ZipFile(package_path) as archive:
+        for name in archive.namelist():
+            if not name.endswith(".wrapper.json"):
+                continue
+            for entry in json.loads(archive.read(name)).get("nodes", []):
+                target = entry.get("node", {}).get("target", "")
+                namespace = target.split("::")[0]
+                if "::" in target and namespace not in _BUILTIN_NAMESPACES:
+                    ops.add(target.split(".")[0])
+    return sorted(ops)
 
 
 def _torchbind_qualname(meta_val: object) -> str | None:
@@ -116,39 +168,55 @@ def _torchbind_qualname(meta_val: object) -> str | None:
 
 _REGISTERED_AT = re.compile(r"registered at (.+?):(\d+)")
 _KERNEL_LINE = re.compile(r"^(\w+)(?:\[alias\])?: registered at (.+?):\d+")
-# Keys whose kernel runs an op at inference on each device, besides the backend's own.
+# Keys whose kernel runs an op at inference on every device, besides the backend's own.
 _COMPOSITE_KEYS = ("CompositeExplicitAutograd", "CompositeImplicitAutograd")
+_NOT_KERNELS = ("debug", "schema")
 
 
-def python_only_ops(ops: Sequence[str], device: str) -> dict[str, str]:
-    """The ops among ``ops`` that the C++ runtime could not run, with the reason.
+def _inductor_compiles(overload: torch._ops.OpOverload) -> bool:
+    """Inductor lowers or decomposes this op into its own kernels: the package never
+    calls it, so it needs no C++ kernel."""
+    from torch._inductor.decomposition import decompositions
+    from torch._inductor.lowering import fallbacks, lowerings
 
-    An op needs a schema defined in C++ and a C++ kernel for the package's device
-    (or a composite one). Ops made with ``torch.library.custom_op`` or ``Library.define``
-    from Python have neither, and the C++ runtime has no Python to run them.
+    # A fallback "lowering" is a call of the op itself (Inductor adds one per custom op).
+    return (overload in lowerings and overload not in fallbacks) or overload in decompositions
+
+
+def python_only_ops(calls: GraphCalls, device: str) -> dict[str, str]:
+    """The ops the graph calls that the C++ runtime could not run, with the reason.
+
+    An op is Python-only if its schema was defined from Python
+    (``torch.library.custom_op``, ``Library.define``), or if its kernels for the
+    package's device (or composite ones) were all registered from Python. Ops that
+    Inductor compiles into its own kernels are exempt: the package never calls them.
 
     Args:
-        ops: qualified names, ``ns::op``.
+        calls: from ``graph_calls``.
         device: the package's device, ``cpu`` or ``cuda``.
 
     Returns:
-        ``{op: reason}`` for each op that is Python-only; empty if all can run in C++.
+        ``{op: reason}`` for each Python-only op; empty if all can run in C++.
     """
     backend = "CUDA" if device.startswith("cuda") else "CPU"
     found = {}
-    for op in ops:
+    for op in calls.ops:
+        overloads = calls.overloads.get(op, [])
+        if overloads and all(_inductor_compiles(overload) for overload in overloads):
+            continue
         dump = torch._C._dispatch_dump(op)
         schema = next((line for line in dump.splitlines() if line.startswith("debug:")), "")
         match = _REGISTERED_AT.search(schema)
         if match and match.group(1).endswith(".py"):
             found[op] = "it was defined from Python (torch.library.custom_op or torch.library.Library), with no C++ schema"
             continue
-        kernels = {}
+        kernels: dict[str, str] = {}
         for line in dump.splitlines():
             kernel = _KERNEL_LINE.match(line)
-            if kernel:
+            if kernel and kernel.group(1) not in _NOT_KERNELS:
                 kernels[kernel.group(1)] = kernel.group(2)
-        native = [key for key in (backend, *_COMPOSITE_KEYS) if key in kernels and not kernels[key].endswith(".py")]
-        if not native:
-            found[op] = f"it has no C++ kernel for {backend} (kernels: {', '.join(sorted(kernels)) or 'none'})"
+        # The device's own keys (CPU, QuantizedCPU, SparseCPU, ...) and composites.
+        usable = {key: where for key, where in kernels.items() if backend in key or key in _COMPOSITE_KEYS}
+        if usable and all(where.endswith(".py") for where in usable.values()):
+            found[op] = f"its {', '.join(sorted(usable))} kernel(s) were registered from Python"
     return found

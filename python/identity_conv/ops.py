@@ -136,7 +136,7 @@ def load_op_libraries(paths: list[str | os.PathLike[str]]) -> list[Path]:
                     "Rebuild it against this environment's torch."
                 ) from error
         # The project's ops under another file name still need their fakes.
-        if _loaded_path is None and _has_schema(OP_NAME):
+        if _loaded_path is None and "my_ops" in _namespaces_by_library.get(resolved, set()):
             _register_fakes()
             _loaded_path = resolved
         loaded.append(resolved)

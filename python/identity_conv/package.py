@@ -104,6 +104,10 @@ class PackageSpec:
     python_only_ops: list[str] = field(default_factory=list)
     # Modules that register fakes or Python ops; the Python runner must import them.
     fake_modules: list[str] = field(default_factory=list)
+    # What the export-time optimizations did (optimize.py), or that they were off.
+    optimizations: str = ""
+    # Groups of (input, dim) positions that must have equal sizes (one dynamic dim).
+    shared_dims: list[list[tuple[int, int]]] = field(default_factory=list)
 
     def to_metadata(self) -> dict[str, str]:
         entries = {
@@ -119,6 +123,8 @@ class PackageSpec:
             "cpu_flags": " ".join(self.cpu_flags),
             "python_only_ops": ",".join(self.python_only_ops),
             "fake_modules": ",".join(self.fake_modules),
+            "optimizations": self.optimizations,
+            "shared_dims": ";".join(",".join(f"{i}.{d}" for i, d in group) for group in self.shared_dims),
         }
         return {META_PREFIX + key: value for key, value in entries.items()}
 
@@ -132,6 +138,8 @@ class PackageSpec:
             ("op libraries", ", ".join(self.op_libraries)),
             ("python-only ops", ", ".join(self.python_only_ops) or "none"),
             ("fake modules", ", ".join(self.fake_modules)),
+            ("shared dims", "; ".join(" = ".join(f"input[{i}] dim {d}" for i, d in group) for group in self.shared_dims)),
+            ("optimizations", self.optimizations),
             ("identity model", "yes" if self.is_identity else "no"),
             ("torch version", self.torch_version),
             ("platform", f"{self.aoti.get('AOTI_PLATFORM', '')} {self.aoti.get('AOTI_MACHINE', '')}"),
@@ -157,6 +165,8 @@ class PackageSpec:
             "cpu_flags": self.cpu_flags,
             "python_only_ops": self.python_only_ops,
             "fake_modules": self.fake_modules,
+            "optimizations": self.optimizations,
+            "shared_dims": [[list(position) for position in group] for group in self.shared_dims],
             "aoti": self.aoti,
         }
 
@@ -187,7 +197,26 @@ class PackageSpec:
             cpu_flags=get("cpu_flags").split(),
             python_only_ops=split(get("python_only_ops")),
             fake_modules=split(get("fake_modules")),
+            optimizations=get("optimizations"),
+            shared_dims=_decode_groups(get("shared_dims")),
         )
+
+
+def _decode_groups(text: str) -> list[list[tuple[int, int]]]:
+    """``"0.0,1.0;0.2,1.3"`` -> [[(0, 0), (1, 0)], [(0, 2), (1, 3)]], strictly."""
+    groups = []
+    try:
+        for group in filter(None, text.split(";")):
+            positions = []
+            for position in group.split(","):
+                i, dot, d = position.partition(".")
+                if not dot:
+                    raise ValueError(position)
+                positions.append((int(i), int(d)))
+            groups.append(positions)
+    except ValueError as error:
+        raise PackageError(f"package metadata is malformed: shared dims {text!r}") from error
+    return groups
 
 
 def _decode_shapes(text: str) -> list[tuple[int, ...]]:
@@ -195,6 +224,39 @@ def _decode_shapes(text: str) -> list[tuple[int, ...]]:
         return [tuple(int(size) for size in shape.split(",")) for shape in text.split(";") if shape]
     except ValueError as error:
         raise PackageError(f"package metadata is malformed: example shapes {text!r}") from error
+
+
+def rewrite_package_metadata(source: str | Path, target: str | Path, changes: dict[str, str | None]) -> Path:
+    """Copy an AOTI package to ``target`` (which may be ``source``), setting the given
+    entries in the metadata JSON files it carries; a value of None deletes the key.
+
+    Raises:
+        PackageError: the package cannot be read or written.
+    """
+    import json
+    import os
+    import tempfile
+
+    source, target = Path(source), Path(target)
+    try:
+        with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".pt2", delete=False) as tmp:
+            temporary = Path(tmp.name)
+        with zipfile.ZipFile(source) as src, zipfile.ZipFile(temporary, "w") as dst:
+            for item in src.infolist():
+                data = src.read(item.filename)
+                if item.filename.endswith("_metadata.json"):
+                    metadata = json.loads(data)
+                    for key, value in changes.items():
+                        if value is None:
+                            metadata.pop(key, None)
+                        else:
+                            metadata[key] = value
+                    data = json.dumps(metadata).encode()
+                dst.writestr(item, data)
+        os.replace(temporary, target)
+    except (OSError, zipfile.BadZipFile, ValueError) as error:
+        raise PackageError(f"could not rewrite the metadata of {source} into {target}: {error}") from error
+    return target
 
 
 def read_package_spec(path: str | Path) -> PackageSpec:

@@ -19,10 +19,19 @@ from torch import nn
 from .compile import compile_package
 from .errors import ExportError, InputError, VerificationError
 from .host import instruction_set_flags
-from .export import GraphCalls, export_model, graph_calls, input_specs, python_only_ops
+from .export import (
+    GraphCalls,
+    export_model,
+    graph_calls,
+    input_specs,
+    package_extern_ops,
+    python_only_ops,
+    shared_dims,
+)
 from .model import MODEL_VARIANTS, IdentityModel, IdentityOutModel
 from .ops import libraries_for, load_op_libraries, load_op_library
-from .package import DTYPES, PackageSpec, read_package_spec
+from .optimize import optimize_program
+from .package import DTYPES, PackageSpec, read_package_spec, rewrite_package_metadata
 from .runtime import load_package
 from .tensor_io import save_tensors
 from .user_model import DynamicDim, flatten_outputs, import_modules, load_model
@@ -70,6 +79,8 @@ class BuildConfig:
     allow_python_ops: bool = False
     # The package passes if every output is within this many ULP of eager (0: bitwise).
     max_ulp: int = 0
+    # Export-time graph optimizations (optimize.py); each keeps eager's bits.
+    optimize: bool = True
 
     def shape(self) -> tuple[int, int, int, int]:
         return (self.batch, self.channels, self.height, self.width)
@@ -235,18 +246,13 @@ def export_and_compile(
         # training-only state (and lets out= ops, which refuse autograd, export).
         with torch.no_grad():
             program = export_model(model, tuple(traced), dynamic_dims)
+        optimization = optimize_program(program).summary() if config.optimize else "off (--no-optimize)"
         calls = graph_calls(program)
         if isinstance(model, IdentityModel):
             _check_identity_layers(model, calls)
-        python_ops = python_only_ops(calls.ops, config.device)
+        python_ops = python_only_ops(calls, config.device)
         if python_ops and not config.allow_python_ops:
-            reasons = "; ".join(f"{op}: {reason}" for op, reason in python_ops.items())
-            raise ExportError(
-                f"the exported graph calls {', '.join(python_ops)}, which the C++ runtime cannot run "
-                f"({reasons}). The C++ runtime has no Python to run such an op: define its schema "
-                "and kernels in C++ (TORCH_LIBRARY) and load the library with --op-lib, or pass "
-                "--allow-python-ops to write a package for the Python runtime only."
-            )
+            raise _python_ops_error(python_ops, "the exported graph calls")
 
     with stage("compile"):
         spec = PackageSpec(
@@ -260,8 +266,11 @@ def export_and_compile(
             cpu_flags=instruction_set_flags(),
             python_only_ops=sorted(python_ops),
             fake_modules=list(config.fake_modules) + _defining_modules(python_ops, config.model),
+            optimizations=optimization,
+            shared_dims=shared_dims(program),
         )
         package_path = compile_package(program, config.output, spec)
+        _record_called_ops(package_path, spec, calls, config)
 
     with stage("verify"):
         spec = read_package_spec(package_path)
@@ -330,6 +339,17 @@ def _build_user_model(
         ]
     traced = [x for x in inputs]
     for dynamic in config.dynamic_dims:
+        sizes = {
+            f"input {i} dim {d}": inputs[i].shape[d]
+            for i, d in dynamic.positions
+            if i < len(inputs) and d < inputs[i].dim()
+        }
+        if len(set(sizes.values())) > 1:
+            raise InputError(
+                f"--dynamic-dim {dynamic}: these positions share one size, but the example inputs differ "
+                f"there ({', '.join(f'{k}: {v}' for k, v in sizes.items())}); give them the same size or "
+                "separate --dynamic-dim options"
+            )
         for i, d in dynamic.positions:
             if i >= len(inputs) or d >= inputs[i].dim():
                 raise InputError(
@@ -353,6 +373,36 @@ def _build_user_model(
                 shape[d] = 2
                 traced[i] = seeded_input(tuple(shape), config.dtype, config.device, config.seed + i)
     return model, inputs, traced, list(config.dynamic_dims)
+
+
+def _python_ops_error(python_ops: dict[str, str], where: str) -> ExportError:
+    reasons = "; ".join(f"{op}: {reason}" for op, reason in python_ops.items())
+    return ExportError(
+        f"{where} {', '.join(python_ops)}, which the C++ runtime cannot run ({reasons}). The C++ "
+        "runtime has no Python to run such an op: define its schema and kernels in C++ "
+        "(TORCH_LIBRARY) and load the library with --op-lib, or pass --allow-python-ops to "
+        "write a package for the Python runtime only."
+    )
+
+
+def _record_called_ops(package_path: Path, spec: PackageSpec, calls: GraphCalls, config: BuildConfig) -> None:
+    """Make the package's recorded needs those of the compiled code: the custom ops it
+    really calls (Inductor compiles some into its own kernels), the Python-only ones
+    among them, and the libraries that register them. A Python-only op that Inductor
+    was expected to compile but did not is refused here, and the package removed."""
+    called = package_extern_ops(package_path)
+    late = python_only_ops(GraphCalls(called, []), config.device)
+    if late and not config.allow_python_ops:
+        package_path.unlink(missing_ok=True)
+        raise _python_ops_error(late, "the compiled package calls")
+    python_ops = sorted(late)
+    libraries = libraries_for([op for op in called if op not in late] + calls.classes)
+    if (called, python_ops, libraries) == (spec.required_ops, spec.python_only_ops, spec.op_libraries):
+        return
+    spec.required_ops, spec.python_only_ops, spec.op_libraries = called, python_ops, libraries
+    if not python_ops:
+        spec.fake_modules = list(config.fake_modules)
+    rewrite_package_metadata(package_path, package_path, spec.to_metadata())
 
 
 def _check_identity_layers(model: IdentityModel, calls: GraphCalls) -> None:

@@ -59,7 +59,7 @@ def check_required_symbols(spec: PackageSpec) -> None:
         libs = ", ".join(spec.op_libraries) or "the op library"
         problems.append(
             f"the package needs {' and '.join(missing)}, which no loaded library registers. "
-            f"They are defined in {libs}; pass its path (OP_LIB_PATH or --op-lib)."
+            f"They are defined in {libs}; pass each library's path after the package or with --op-lib."
         )
     if missing_python:
         modules = ", ".join(spec.fake_modules) or "the module that defines them"
@@ -168,6 +168,14 @@ def validate_inputs(inputs: list[torch.Tensor], spec: PackageSpec) -> list[torch
             raise InputError(f"{name}: expected a dense (strided) tensor, got layout {tensor.layout}.")
         # AOTI reads raw dense memory: lazy negation/conjugation bits must be applied first.
         ready.append(tensor.resolve_conj().resolve_neg().contiguous())
+    for group in spec.shared_dims:
+        (i0, d0), sizes = group[0], [ready[i].shape[d] for i, d in group]
+        for (i, d), size in zip(group[1:], sizes[1:]):
+            if size != sizes[0]:
+                raise InputError(
+                    f"input[{i}]: dim {d} must equal input[{i0}] dim {d0} (the package compiled them as one "
+                    f"dynamic size), got {size} and {sizes[0]}."
+                )
     return ready
 
 

@@ -109,7 +109,8 @@ def import_modules(names: Sequence[str], what: str = "--fake-module") -> None:
         except Exception as error:  # an import runs arbitrary user code
             raise ModelError(
                 f"{what} {name}: could not import it: {type(error).__name__}: {error}\n"
-                f"Run from the folder that holds the package, or install it into this environment."
+                "Run from the folder that contains the module's top-level Python package, or install "
+                "it into this environment."
             ) from error
 
 
@@ -143,8 +144,11 @@ def load_model(target: str, kwargs: dict[str, object] | None = None) -> tuple[nn
     inputs = None
     if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], nn.Module):
         made, inputs = made
-        inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
-        if not inputs or not all(isinstance(x, torch.Tensor) for x in inputs):
+        if isinstance(inputs, torch.Tensor):
+            inputs = (inputs,)
+        elif inputs is not None:
+            inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+        if inputs is not None and (not inputs or not all(isinstance(x, torch.Tensor) for x in inputs)):
             raise ModelError(f"--model {target}: the example inputs must be tensors, got {_types(inputs)}")
     if not isinstance(made, nn.Module):
         raise ModelError(

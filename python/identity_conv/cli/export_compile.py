@@ -182,6 +182,14 @@ def export_compile(
             rich_help_panel=IDENTITY_PANEL,
         ),
     ] = Variant.functional,
+    optimize: Annotated[
+        bool,
+        typer.Option(
+            help="Export-time graph optimizations that keep eager's bits: pointwise (1x1 depthwise, "
+            "no bias, unstrided, unpadded) convs become one fused multiply, each after a bit-exactness "
+            "probe with special values. --no-optimize compiles the graph as exported.",
+        ),
+    ] = True,
     show_graph: Annotated[bool, typer.Option(help="Print the exported graph.")] = True,
 ) -> None:
     if device is Device.cuda and not torch.cuda.is_available():
@@ -202,6 +210,7 @@ def export_compile(
             save_reference=save_reference,
             allow_python_ops=allow_python_ops,
             max_ulp=max_ulp,
+            optimize=optimize,
             op_libs=list(op_lib or []),
             channels=channels,
             batch=batch,
@@ -241,6 +250,7 @@ def export_compile(
     table.add_row("model", result.model_name)
     for i, spec in enumerate(result.spec.inputs):
         table.add_row(f"input[{i}] spec", f"{spec.shape_str()} {spec.dtype} on {device.value}")
+    table.add_row("optimizations", result.spec.optimizations)
     table.add_row("custom ops", ", ".join(result.calls.ops))
     table.add_row("torchbind classes", ", ".join(result.calls.classes))
     if result.spec.python_only_ops:

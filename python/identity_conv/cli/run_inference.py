@@ -76,11 +76,9 @@ def run_inference(
             save_tensors(outputs, results)
             console.print(f"wrote outputs to {outputs}")
         if expected is not None:
-            reports = compare_tensor_lists(results, load_tensors(expected))
-            labels = [f"verify: output[{i}] vs expected[{i}]" for i in range(len(reports))]
+            references, reference_name = load_tensors(expected), "expected"
         elif spec.is_identity:
-            reports = compare_tensor_lists(results, tensors)
-            labels = [f"verify: output[{i}] vs input[{i}]" for i in range(len(reports))]
+            references, reference_name = tensors, "input"
         else:
             console.print(
                 "verify: skipped (the package does not declare an identity model; pass --expected FILE)\nDONE"
@@ -89,6 +87,15 @@ def run_inference(
     except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)
 
+    if len(results) != len(references):
+        # The same words as aoti_runner's.
+        console.print(
+            f"verify: the package returned {len(results)} output(s), but there are {len(references)} "
+            f"{reference_name} tensor(s) to compare with\nFAILED"
+        )
+        raise typer.Exit(EXIT_MISMATCH)
+    reports = compare_tensor_lists(results, references)
+    labels = [f"verify: output[{i}] vs {reference_name}[{i}]" for i in range(len(reports))]
     if not print_bit_reports(list(zip(labels, reports)), max_ulp):
         raise typer.Exit(EXIT_MISMATCH)
 

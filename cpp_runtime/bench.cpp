@@ -1,0 +1,212 @@
+// Implementation of the serving benchmark (see bench.h).
+#include "bench.h"
+
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+
+#include <malloc.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iomanip>
+#include <limits>
+#include <numeric>
+#include <sstream>
+#include <thread>
+
+#include "runner.h"
+
+namespace aoti_runner {
+
+MallocPolicy parse_malloc_policy(const std::string& name) {
+  if (name == "retain") {
+    return MallocPolicy::kRetain;
+  }
+  if (name == "system") {
+    return MallocPolicy::kSystem;
+  }
+  throw RunnerError("--malloc expects 'retain' or 'system', got '" + name + "'.");
+}
+
+void apply_malloc_policy(MallocPolicy policy) {
+  if (policy == MallocPolicy::kSystem) {
+    return;
+  }
+  // Every chunk from the heap (none mmap'ed), and free memory never handed back:
+  // after the first run, each run's buffers reuse pages that are already mapped.
+  if (mallopt(M_MMAP_MAX, 0) != 1 ||
+      mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max()) != 1) {
+    throw RunnerError("mallopt refused the retain policy; use --malloc system.");
+  }
+}
+
+std::string describe_malloc_policy(MallocPolicy policy) {
+  return policy == MallocPolicy::kRetain
+             ? "glibc malloc, retain (M_MMAP_MAX=0, M_TRIM_THRESHOLD=max: freed blocks are "
+               "reused, no page faults after warm-up)"
+             : "glibc malloc, system defaults (blocks above the mmap threshold are mapped "
+               "afresh on each run)";
+}
+
+int64_t resident_set_kib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      std::istringstream words(line.substr(6));
+      int64_t kib = 0;
+      words >> kib;
+      return kib;
+    }
+  }
+  return -1;
+}
+
+double percentile(std::vector<double> values, double p) {
+  if (values.empty()) {
+    return std::nan("");
+  }
+  std::sort(values.begin(), values.end());
+  const auto rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(values.size())));
+  return values[std::min(values.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+namespace {
+
+bool same_bits(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto x = a[i].cpu().contiguous();
+    const auto y = b[i].cpu().contiguous();
+    if (x.scalar_type() != y.scalar_type() || x.sizes() != y.sizes() ||
+        std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>& inputs,
+                          const BenchOptions& options) {
+  if (options.iterations < 1 || options.threads < 1 || options.warmup < 0) {
+    throw RunnerError("--bench needs at least 1 iteration and 1 thread.");
+  }
+  BenchResult result;
+  result.options = options;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  result.intra_op_threads =
+      options.intra_op_threads > 0 ? options.intra_op_threads : std::max(1, cores / options.threads);
+  result.rss_start_kib = resident_set_kib();
+
+  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+  std::vector<at::Tensor> reference;
+  try {
+    loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+        path, "model", /*run_single_threaded=*/false, static_cast<size_t>(options.threads));
+    at::set_num_threads(result.intra_op_threads);
+    reference = loader->run(inputs);
+  } catch (const c10::Error& e) {
+    throw RunnerError("running the AOTI package " + path + " failed: " + e.what_without_backtrace());
+  }
+
+  result.threads.resize(static_cast<size_t>(options.threads));
+  std::atomic<int64_t> mismatches{0};
+  std::barrier start_line(options.threads);
+  std::vector<std::chrono::steady_clock::time_point> starts(options.threads), ends(options.threads);
+  std::vector<std::string> errors(options.threads);
+  const auto serve = [&](int t) {
+    bool arrived = false;
+    try {
+      // OpenMP's thread count is per calling thread: set it in each serving thread.
+      at::set_num_threads(result.intra_op_threads);
+      for (int64_t i = 0; i < options.warmup; ++i) {
+        loader->run(inputs);
+      }
+      auto& stats = result.threads[t];
+      stats.latencies_us.reserve(static_cast<size_t>(options.iterations));
+      arrived = true;
+      start_line.arrive_and_wait();
+      starts[t] = std::chrono::steady_clock::now();
+      for (int64_t i = 0; i < options.iterations; ++i) {
+        const auto begin = std::chrono::steady_clock::now();
+        auto outputs = loader->run(inputs);
+        const auto end = std::chrono::steady_clock::now();
+        const double us = std::chrono::duration<double, std::micro>(end - begin).count();
+        stats.latencies_us.push_back(us);
+        stats.busy_seconds += us * 1e-6;
+        if (!same_bits(outputs, reference)) {
+          ++mismatches;
+        }
+      }
+      ends[t] = std::chrono::steady_clock::now();
+    } catch (const std::exception& e) {
+      errors[t] = e.what();
+      if (!arrived) {
+        start_line.arrive_and_drop();  // the others must not wait for this thread
+      }
+    }
+  };
+  std::vector<std::thread> workers;
+  for (int t = 0; t < options.threads; ++t) {
+    workers.emplace_back(serve, t);
+  }
+  for (auto& worker : workers) {
+    worker.join();
+  }
+  for (const auto& error : errors) {
+    if (!error.empty()) {
+      throw RunnerError("a serving thread failed: " + error.substr(0, error.find('\n')));
+    }
+  }
+  result.wall_seconds = std::chrono::duration<double>(*std::max_element(ends.begin(), ends.end()) -
+                                                      *std::min_element(starts.begin(), starts.end()))
+                            .count();
+  result.mismatched_outputs = mismatches.load();
+  result.rss_end_kib = resident_set_kib();
+  result.reference_outputs = std::move(reference);
+  return result;
+}
+
+std::string bench_json(const BenchResult& result, const std::string& malloc_policy) {
+  std::vector<double> all;
+  for (const auto& t : result.threads) {
+    all.insert(all.end(), t.latencies_us.begin(), t.latencies_us.end());
+  }
+  const auto runs = static_cast<double>(all.size());
+  // Each thread's own rate: runs over the time spent inside run(). Their sum is the
+  // serving throughput; the output checks between runs are not counted.
+  double throughput = 0;
+  for (const auto& t : result.threads) {
+    throughput += static_cast<double>(t.latencies_us.size()) / t.busy_seconds;
+  }
+  std::ostringstream out;
+  out << std::setprecision(6);
+  out << "{\"iterations\": " << result.options.iterations << ", \"warmup\": " << result.options.warmup
+      << ", \"threads\": " << result.options.threads
+      << ", \"intra_op_threads\": " << result.intra_op_threads << ", \"malloc\": \"" << malloc_policy
+      << "\", \"p50_us\": " << percentile(all, 50) << ", \"p90_us\": " << percentile(all, 90)
+      << ", \"p99_us\": " << percentile(all, 99) << ", \"mean_us\": "
+      << std::accumulate(all.begin(), all.end(), 0.0) / runs
+      << ", \"throughput_per_s\": " << throughput << ", \"wall_seconds\": " << result.wall_seconds
+      << ", \"per_thread_p50_us\": [";
+  for (size_t t = 0; t < result.threads.size(); ++t) {
+    out << (t ? ", " : "") << percentile(result.threads[t].latencies_us, 50);
+  }
+  out << "], \"outputs_checked\": " << static_cast<int64_t>(runs)
+      << ", \"mismatched_outputs\": " << result.mismatched_outputs
+      << ", \"rss_start_kib\": " << result.rss_start_kib << ", \"rss_end_kib\": " << result.rss_end_kib
+      << "}";
+  return out.str();
+}
+
+}  // namespace aoti_runner

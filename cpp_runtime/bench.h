@@ -1,0 +1,65 @@
+// The runner's serving benchmark and allocator policy: time a package inside this
+// process, from one or several threads, and check every output's bits.
+#pragma once
+
+#include <ATen/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace aoti_runner {
+
+// How the process allocates. AOTI allocates every intermediate tensor afresh on each
+// run; glibc serves blocks above its mmap threshold (128 KiB at first, 32 MiB at
+// most) with fresh mmaps, so each run page-faults its buffers in again.
+enum class MallocPolicy {
+  kSystem,  // glibc's defaults, untouched
+  kRetain,  // mallopt: no mmap'ed chunks, no trimming: freed blocks are reused
+};
+
+MallocPolicy parse_malloc_policy(const std::string& name);
+// Applies the policy to this process (call before any large allocation).
+void apply_malloc_policy(MallocPolicy policy);
+// One line for reports, e.g. "glibc malloc, retain (M_MMAP_MAX=0, M_TRIM_THRESHOLD=max)".
+std::string describe_malloc_policy(MallocPolicy policy);
+
+struct BenchOptions {
+  int64_t iterations = 1000;  // timed runs per thread
+  int64_t warmup = 50;        // untimed runs per thread first
+  int threads = 1;            // serving threads, one model instance each
+  int intra_op_threads = 0;   // per serving thread; 0: cores / threads (at least 1)
+};
+
+struct ThreadStats {
+  std::vector<double> latencies_us;  // one per timed run, in run order
+  double busy_seconds = 0;           // the sum of the latencies
+};
+
+struct BenchResult {
+  BenchOptions options;
+  int intra_op_threads = 0;
+  double wall_seconds = 0;           // first timed run start to last timed run end
+  std::vector<ThreadStats> threads;
+  int64_t mismatched_outputs = 0;    // runs whose outputs' bits differ from the first run's
+  int64_t rss_start_kib = 0;
+  int64_t rss_end_kib = 0;
+  std::vector<at::Tensor> reference_outputs;  // the first run's, which every run must match
+};
+
+// Loads the package with one model instance per thread, runs it once for the
+// reference outputs, then runs warm-up and timed iterations on every thread and
+// compares each run's output bits with the reference (outside the timed region).
+BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>& inputs,
+                          const BenchOptions& options);
+
+// p in [0, 100] of a list of latencies (nearest rank).
+double percentile(std::vector<double> values, double p);
+
+// The result as JSON (latency percentiles in microseconds, throughput, RSS).
+std::string bench_json(const BenchResult& result, const std::string& malloc_policy);
+
+// This process's resident set size, from /proc/self/status.
+int64_t resident_set_kib();
+
+}  // namespace aoti_runner

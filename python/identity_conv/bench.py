@@ -1,0 +1,359 @@
+"""The benchmark suite: every runtime of the IdentityModel at several sizes, in one
+run, against the memory floor of a 4-layer identity (four copies into buffers that
+exist before timing). Also the op kernel's bandwidth against ``clone()``, and the C++
+runner's throughput from one and from two serving threads. Stage functions only:
+the ``benchmark`` CLI prints, tables and plots."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from .errors import IdentityConvError
+from .model import IdentityModel
+from .ops import load_op_library
+from .pipeline import BuildConfig, export_and_compile
+from .tensor_io import save_tensors
+
+# name -> NCHW shape of the float32 input.
+SIZES: dict[str, tuple[int, int, int, int]] = {
+    "1x3x224x224": (1, 3, 224, 224),  # 0.6 MB
+    "32x3x224x224": (32, 3, 224, 224),  # 19 MB
+    "1x3x2400x2400": (1, 3, 2400, 2400),  # 69 MB
+}
+PATHS = ("eager", "torch.compile", "AOTI-Python", "AOTI-C++", "floor: 4 copies")
+FLOOR = "floor: 4 copies"
+# Timed runs per size at --iterations 1.0; the large sizes are slow enough that fewer
+# runs still give stable medians.
+BASE_ITERATIONS = {"1x3x224x224": 2000, "32x3x224x224": 200, "1x3x2400x2400": 60}
+
+
+@dataclass
+class Latency:
+    """Percentiles of one path at one size, in microseconds."""
+
+    p50: float
+    p90: float
+    p99: float
+    runs: int
+
+    @classmethod
+    def of(cls, samples_us: list[float]) -> "Latency":
+        ordered = sorted(samples_us)
+
+        def rank(p: float) -> float:
+            return ordered[min(len(ordered) - 1, max(0, int(-(-p * len(ordered) // 100)) - 1))]
+
+        return cls(rank(50), rank(90), rank(99), len(ordered))
+
+
+@dataclass
+class SizeResult:
+    name: str
+    shape: tuple[int, ...]
+    megabytes: float
+    latencies: dict[str, Latency]
+    cpp_allocator: str
+    cpp_intra_op_threads: int
+
+    def ratio_to_floor(self, path: str) -> float:
+        return self.latencies[path].p50 / self.latencies[FLOOR].p50
+
+
+@dataclass
+class ServingResult:
+    """The C++ runner serving the smallest size from 1 and from 2 threads."""
+
+    shape: tuple[int, ...]
+    throughput_1: float
+    throughput_2: float
+    per_thread_p50_us: list[float]
+    mismatched_outputs: int
+    rss_start_kib: int
+    rss_end_kib: int
+
+    @property
+    def scaling(self) -> float:
+        return self.throughput_2 / self.throughput_1
+
+
+@dataclass
+class BandwidthResult:
+    """The op kernel against clone() on one large tensor, in GB/s (read + write)."""
+
+    megabytes: float
+    kernel_gb_s: float
+    clone_gb_s: float
+
+    @property
+    def ratio(self) -> float:
+        return self.kernel_gb_s / self.clone_gb_s
+
+
+@dataclass
+class BenchReport:
+    machine: dict[str, str]
+    torch_version: str
+    iterations_scale: float
+    optimize: bool
+    sizes: list[SizeResult] = field(default_factory=list)
+    serving: ServingResult | None = None
+    bandwidth: BandwidthResult | None = None
+
+    def to_json(self) -> dict[str, object]:
+        data = asdict(self)
+        for size, result in zip(data["sizes"], self.sizes):
+            size["ratio_to_floor"] = {path: result.ratio_to_floor(path) for path in result.latencies}
+        if self.serving:
+            data["serving"]["scaling"] = self.serving.scaling
+        if self.bandwidth:
+            data["bandwidth"]["ratio"] = self.bandwidth.ratio
+        return data
+
+
+def machine_facts() -> dict[str, str]:
+    """What the numbers were measured on."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": model or platform.processor(),
+        "cores": str(os.cpu_count()),
+        "platform": f"{platform.system()} {platform.machine()}",
+        "python": platform.python_version(),
+    }
+
+
+def time_calls(fn: Callable[[], object], iterations: int, warmup: int) -> Latency:
+    """Call ``fn`` ``warmup`` times untimed, then ``iterations`` times, each timed."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(iterations):
+        start = time.perf_counter_ns()
+        fn()
+        samples.append((time.perf_counter_ns() - start) / 1e3)
+    return Latency.of(samples)
+
+
+def floor_call(x: torch.Tensor) -> Callable[[], object]:
+    """Moving x four times with copy_ into buffers allocated before timing: what a
+    4-layer identity must do at least, since custom ops cannot fuse."""
+    buffers = [torch.empty_like(x) for _ in range(4)]
+
+    def copies() -> None:
+        buffers[0].copy_(x)
+        buffers[1].copy_(buffers[0])
+        buffers[2].copy_(buffers[1])
+        buffers[3].copy_(buffers[2])
+
+    return copies
+
+
+def run_cpp_bench(
+    runner: Path, package: Path, op_lib: Path, inputs: Path, iterations: int, warmup: int, work_dir: Path,
+    threads: int = 1, intra_op_threads: int | None = None, malloc: str = "retain",
+) -> dict[str, object]:
+    """The C++ runner's --bench mode (timing inside its process); its JSON result."""
+    out = work_dir / f"cpp_bench_{package.stem}_{threads}.json"
+    args = [str(runner), str(package), str(op_lib), "--inputs", str(inputs), "--bench", str(iterations),
+            "--warmup", str(warmup), "--threads", str(threads), "--malloc", malloc, "--bench-json", str(out)]
+    if intra_op_threads:
+        args += ["--intra-op-threads", str(intra_op_threads)]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=1800)
+    if result.returncode != 0:
+        raise IdentityConvError(
+            f"aoti_runner --bench failed with exit {result.returncode}: {(result.stderr or result.stdout).strip()}"
+        )
+    return json.loads(out.read_text())
+
+
+def kernel_bandwidth(megabytes: float, iterations: int, warmup: int) -> BandwidthResult:
+    """GB/s (bytes read + written) of identity_conv_op and of clone() on a float32
+    tensor of ``megabytes``, each allocating its output as it would in a model."""
+    x = torch.randn(int(megabytes * 1e6 / 4))
+    nbytes = 2 * x.numel() * x.element_size()
+    kernel = time_calls(lambda: torch.ops.my_ops.identity_conv_op(x), iterations, warmup)
+    clone = time_calls(lambda: x.clone(), iterations, warmup)
+    return BandwidthResult(x.numel() * 4 / 1e6, nbytes / kernel.p50 / 1e3, nbytes / clone.p50 / 1e3)
+
+
+def run_benchmark(
+    sizes: list[str],
+    work_dir: Path,
+    runner: Path,
+    op_lib: Path | None = None,
+    iterations_scale: float = 1.0,
+    optimize: bool = True,
+    serving: bool = True,
+    bandwidth_mb: float = 128.0,
+    on_step: Callable[[str], None] | None = None,
+) -> BenchReport:
+    """Measure every path at every size in this one run.
+
+    Args:
+        sizes: names from SIZES.
+        work_dir: packages, tensor files and the runner's JSON go here.
+        runner: the built aoti_runner.
+        op_lib: libidentity_conv_ops.so (default: the loader's search).
+        iterations_scale: multiplies BASE_ITERATIONS (e.g. 0.01 for a smoke run).
+        optimize: compile packages with export_compile's optimizations.
+        serving: also measure the C++ runner's 2-thread throughput.
+        bandwidth_mb: size of the kernel-vs-clone tensor (0: skip).
+        on_step: called with each step's name as it starts.
+
+    Returns:
+        The BenchReport; nothing is printed.
+    """
+    step = on_step or (lambda name: None)
+    library = load_op_library(op_lib)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    report = BenchReport(machine_facts(), torch.__version__, iterations_scale, optimize)
+    for name in sizes:
+        if name not in SIZES:
+            raise IdentityConvError(f"unknown size {name!r}; choose from {', '.join(SIZES)}")
+        shape = SIZES[name]
+        iterations = max(3, int(BASE_ITERATIONS[name] * iterations_scale))
+        warmup = max(1, iterations // 10)
+        step(f"{name}: compile the package")
+        batch, channels, height, width = shape
+        config = BuildConfig(batch=batch, channels=channels, height=height, width=width, op_libs=[library],
+                             output=work_dir / f"model_{name}.pt2", optimize=optimize)
+        package_path = export_and_compile(config).package_path
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+        inputs = save_tensors(work_dir / f"input_{name}.pt", [x])
+        model = IdentityModel(channels).eval()
+        latencies: dict[str, Latency] = {}
+        with torch.no_grad():
+            step(f"{name}: eager")
+            latencies["eager"] = time_calls(lambda: model(x), iterations, warmup)
+            step(f"{name}: torch.compile")
+            compiled = torch.compile(model, fullgraph=True, dynamic=False)
+            compiled(x)
+            latencies["torch.compile"] = time_calls(lambda: compiled(x), iterations, warmup)
+            step(f"{name}: AOTI-Python")
+            package = torch._inductor.aoti_load_package(str(package_path))
+            latencies["AOTI-Python"] = time_calls(lambda: package(x), iterations, warmup)
+            step(f"{name}: floor")
+            latencies[FLOOR] = time_calls(floor_call(x), iterations, warmup)
+        step(f"{name}: AOTI-C++")
+        cpp = run_cpp_bench(runner, package_path, library, inputs, iterations, warmup, work_dir)
+        latencies["AOTI-C++"] = Latency(cpp["p50_us"], cpp["p90_us"], cpp["p99_us"], int(cpp["outputs_checked"]))
+        report.sizes.append(SizeResult(name, shape, x.numel() * 4 / 1e6, {p: latencies[p] for p in PATHS},
+                                       str(cpp["malloc"]), int(cpp["intra_op_threads"])))
+        torch._dynamo.reset()  # each size compiles afresh, not into dynamo's recompile limit
+    if serving and report.sizes:
+        smallest = report.sizes[0]
+        step(f"{smallest.name}: C++ serving, 1 and 2 threads")
+        package_path = work_dir / f"model_{smallest.name}.pt2"
+        inputs = work_dir / f"input_{smallest.name}.pt"
+        iterations = max(3, int(4 * BASE_ITERATIONS[smallest.name] * iterations_scale))
+        one = run_cpp_bench(runner, package_path, library, inputs, iterations, iterations // 10 + 1, work_dir,
+                            threads=1, intra_op_threads=1)
+        two = run_cpp_bench(runner, package_path, library, inputs, iterations, iterations // 10 + 1, work_dir,
+                            threads=2, intra_op_threads=1)
+        report.serving = ServingResult(
+            smallest.shape, float(one["throughput_per_s"]), float(two["throughput_per_s"]),
+            [float(v) for v in two["per_thread_p50_us"]], int(two["mismatched_outputs"]),
+            int(two["rss_start_kib"]), int(two["rss_end_kib"]),
+        )
+    if bandwidth_mb > 0:
+        step(f"op kernel vs clone(), {bandwidth_mb:g} MB")
+        runs = max(3, int(100 * iterations_scale))
+        report.bandwidth = kernel_bandwidth(bandwidth_mb, runs, max(1, runs // 10))
+    return report
+
+
+def write_json(report: BenchReport, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    return path
+
+
+def plot(report: BenchReport, path: Path) -> Path:
+    """A PNG: p50 latency per path and size (log scale), the floor as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(10, 5.5))
+    names = [size.name for size in report.sizes]
+    width = 0.8 / len(PATHS)
+    for i, path_name in enumerate(PATHS):
+        values = [size.latencies[path_name].p50 for size in report.sizes]
+        positions = [j + (i - (len(PATHS) - 1) / 2) * width for j in range(len(names))]
+        bars = axes.bar(positions, values, width, label=path_name)
+        for bar, size in zip(bars, report.sizes):
+            axes.annotate(f"{size.ratio_to_floor(path_name):.2g}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                          ha="center", va="bottom", fontsize=7)
+    axes.set_yscale("log")
+    axes.set_xticks(range(len(names)), [f"{n}\n({s.megabytes:.1f} MB)" for n, s in zip(names, report.sizes)])
+    axes.set_ylabel("p50 latency (µs, log scale)")
+    axes.set_title(f"IdentityModel latency per runtime (ratio to the 4-copy floor above each bar)\n"
+                   f"{report.machine['cpu']}, {report.machine['cores']} cores, torch {report.torch_version}",
+                   fontsize=10)
+    axes.legend(fontsize=8)
+    axes.grid(axis="y", which="both", alpha=0.3)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+@dataclass
+class Target:
+    """One of the performance targets, as measured in this run."""
+
+    name: str
+    measured: str
+    met: bool
+
+
+def targets(report: BenchReport) -> list[Target]:
+    """The targets of the fast compiled path, each judged on this run's numbers."""
+    found = []
+    for size in report.sizes:
+        cpp, python = size.latencies["AOTI-C++"], size.latencies["AOTI-Python"]
+        ratio = size.ratio_to_floor("AOTI-C++")
+        found.append(Target(f"{size.name}: AOTI-C++ p50 <= 1.2x floor", f"{ratio:.2f}x", ratio <= 1.2))
+        tail = cpp.p99 / cpp.p50
+        found.append(Target(f"{size.name}: AOTI-C++ p99 <= 1.5x its p50", f"{tail:.2f}x", tail <= 1.5))
+        found.append(Target(f"{size.name}: AOTI-C++ p50 <= AOTI-Python p50",
+                            f"{cpp.p50:.1f} vs {python.p50:.1f} us", cpp.p50 <= python.p50))
+    if report.bandwidth:
+        b = report.bandwidth
+        found.append(Target(f"op kernel >= 0.9x clone() bandwidth ({b.megabytes:.0f} MB)",
+                            f"{b.kernel_gb_s:.1f} vs {b.clone_gb_s:.1f} GB/s = {b.ratio:.2f}x", b.ratio >= 0.9))
+    if report.serving:
+        s = report.serving
+        found.append(Target("C++ serving: 2 threads >= 1.8x the throughput of 1",
+                            f"{s.throughput_2:.0f} vs {s.throughput_1:.0f} runs/s = {s.scaling:.2f}x", s.scaling >= 1.8))
+    return found
+
+
+def markdown_table(report: BenchReport) -> str:
+    """The latency table as Markdown, for the README."""
+    lines = ["| size | path | p50 (µs) | p90 (µs) | p99 (µs) | p50 / floor |", "|---|---|---|---|---|---|"]
+    for size in report.sizes:
+        for path in PATHS:
+            lat = size.latencies[path]
+            lines.append(f"| {size.name} | {path} | {lat.p50:.1f} | {lat.p90:.1f} | {lat.p99:.1f} | "
+                         f"{size.ratio_to_floor(path):.2f}x |")
+    lines += ["", "| target | measured | met |", "|---|---|---|"]
+    lines += [f"| {t.name} | {t.measured} | {'yes' if t.met else 'no'} |" for t in targets(report)]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,104 @@
+"""benchmark: every runtime of the IdentityModel at several sizes in one run, with
+ratios to the memory floor; writes a table, JSON, Markdown and a PNG plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from ..bench import FLOOR, PATHS, SIZES, markdown_table, plot, run_benchmark, targets, write_json
+from ..errors import EXIT_MISMATCH
+from .common import OpLibOption, RunnerOption, console, exit_with, require_runner, step_progress
+
+app = typer.Typer(add_completion=False, rich_markup_mode="rich")
+
+
+@app.command(
+    help=(
+        "Benchmark the IdentityModel at several sizes, in one run: eager, torch.compile, the "
+        "AOTI package from Python and from C++ (timed inside the C++ runner, whose allocator "
+        "setting is reported), and the floor: four copy_() calls into buffers allocated before "
+        "timing, the least a 4-layer identity must move. Also the op kernel's bandwidth against "
+        "clone(), and the C++ runner serving from 1 and 2 threads.\n\n"
+        "Prints p50/p90/p99 and each path's ratio to the floor, then the performance targets "
+        "as measured; writes bench.json, bench.md and bench.png to --output-dir.\n\n"
+        "Exit codes: 0 measured (targets are reported, not enforced, unless --check-targets), "
+        "1 --check-targets and a target missed, 2 usage or build error."
+    )
+)
+def benchmark(
+    sizes: Annotated[
+        str, typer.Option(help=f"Comma-separated input sizes (float32 NCHW), from: {', '.join(SIZES)}.")
+    ] = ",".join(SIZES),
+    iterations: Annotated[
+        float,
+        typer.Option(min=0.0001, help="Scale of the timed runs per size; 1.0 is 2000 / 200 / 60 runs "
+                     "(a tenth as many warm-up runs first). 0.01 makes a smoke run."),
+    ] = 1.0,
+    optimize: Annotated[bool, typer.Option(help="Compile with export_compile's optimizations (--no-optimize: as exported).")] = True,
+    serving: Annotated[bool, typer.Option(help="Also measure C++ serving throughput from 1 and 2 threads.")] = True,
+    bandwidth_mb: Annotated[
+        float, typer.Option(min=0, help="MB of the tensor for the op kernel vs clone() bandwidth (0: skip).")
+    ] = 128.0,
+    output_dir: Annotated[Path, typer.Option(help="Where the packages, JSON, Markdown and PNG go.")] = Path(
+        "artifacts/bench"
+    ),
+    check_targets: Annotated[bool, typer.Option(help="Exit 1 if a performance target is missed.")] = False,
+    runner: RunnerOption = Path("build/aoti_runner"),
+    op_lib: OpLibOption = None,
+) -> None:
+    names = [name.strip() for name in sizes.split(",") if name.strip()]
+    steps = 6 * len(names) + int(serving) + int(bandwidth_mb > 0)
+    try:
+        require_runner(runner)
+        with step_progress(steps) as on_step:
+            report = run_benchmark(names, output_dir, runner, op_lib, iterations, optimize, serving, bandwidth_mb,
+                                   on_step)
+        json_path = write_json(report, output_dir / "bench.json")
+        (output_dir / "bench.md").write_text(markdown_table(report))
+        png_path = plot(report, output_dir / "bench.png")
+    except Exception as error:  # typed errors keep their code; anything else exits 2
+        exit_with(error)
+
+    machine = report.machine
+    table = Table(title=f"latency per runtime: {machine['cpu']}, {machine['cores']} cores, torch {report.torch_version}")
+    for column in ("size", "path", "p50 µs", "p90 µs", "p99 µs", "p50 / floor"):
+        table.add_column(column, justify="left" if column in ("size", "path") else "right")
+    for size in report.sizes:
+        for path in PATHS:
+            lat = size.latencies[path]
+            style = "bold" if path in ("AOTI-C++", FLOOR) else None
+            table.add_row(size.name, path, f"{lat.p50:.1f}", f"{lat.p90:.1f}", f"{lat.p99:.1f}",
+                          f"{size.ratio_to_floor(path):.2f}x", style=style)
+        table.add_section()
+    console.print(table)
+    if report.sizes:
+        size = report.sizes[0]
+        console.print(f"C++ runner: allocator {size.cpp_allocator}, {size.cpp_intra_op_threads} intra-op thread(s); "
+                      f"Python paths: this process's glibc defaults. Packages: "
+                      f"{'optimized' if report.optimize else '--no-optimize'}.")
+    if report.serving:
+        s = report.serving
+        console.print(f"C++ serving {list(s.shape)}: {s.throughput_1:.0f} runs/s from 1 thread, {s.throughput_2:.0f} "
+                      f"from 2 ({s.scaling:.2f}x); per-thread p50 {', '.join(f'{v:.1f}' for v in s.per_thread_p50_us)} µs; "
+                      f"{s.mismatched_outputs} outputs with other bits; RSS {s.rss_start_kib} -> {s.rss_end_kib} KiB")
+
+    checks = Table(title="performance targets, as measured in this run")
+    for column in ("target", "measured", "met"):
+        checks.add_column(column)
+    found = targets(report)
+    for target in found:
+        checks.add_row(target.name, target.measured,
+                       Text("yes", style="green") if target.met else Text("no", style="bold red"))
+    console.print(checks)
+    console.print(f"wrote {json_path}, {output_dir / 'bench.md'} and {png_path}")
+    if check_targets and not all(target.met for target in found):
+        raise typer.Exit(EXIT_MISMATCH)
+
+
+def main() -> None:
+    app()

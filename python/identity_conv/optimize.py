@@ -1,0 +1,131 @@
+"""Export-time graph optimizations, on by default (``export_compile --no-optimize``
+turns them off). Each is general, for any model, and keeps eager's bits.
+
+- Pointwise convs to multiplies: a conv2d whose kernel is 1x1, depthwise (one
+  channel per group), with no bias, stride 1, no padding and dilation 1 is a
+  per-channel scale. Inductor would wrap it in NCHW<->NHWC layout conversions around
+  a mkldnn call; as ``x * w.view(1, C, 1, 1) + 0.0`` it becomes one fused loop. The
+  ``+ 0.0`` keeps the conv's bits where a bare multiply would not: the conv
+  accumulates from +0.0, so a -0.0 product comes out as +0.0. Each rewrite is probed
+  first, in eager on this host, with special values (NaN payloads, +-0, +-inf,
+  subnormals) and random bit patterns against the real weight; a conv whose probe
+  differs by a single bit is kept (bfloat16 convs flush subnormals, for one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .special_values import INT_TWIN, special_values
+
+_aten = torch.ops.aten
+# conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)
+_CONV2D_DEFAULTS = (None, None, None, [1, 1], [0, 0], [1, 1], 1)
+
+
+@dataclass
+class OptimizeReport:
+    """What the passes did: one line per rewrite or kept node."""
+
+    lowered: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        if not self.lowered and not self.kept:
+            return "no pointwise convs found"
+        parts = [f"{len(self.lowered)} pointwise conv(s) lowered to a multiply"]
+        parts += [f"kept {line}" for line in self.kept]
+        return "; ".join(parts)
+
+
+def optimize_program(program: torch.export.ExportedProgram) -> OptimizeReport:
+    """Apply every pass to ``program`` in place and say what changed."""
+    report = OptimizeReport()
+    _lower_pointwise_convs(program, report)
+    return report
+
+
+def _pointwise_conv_args(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node, int] | None:
+    """(input, weight, channels) if ``node`` is a conv2d that is a per-channel scale."""
+    if node.op != "call_function" or node.target is not _aten.conv2d.default:
+        return None
+    args = list(node.args) + list(_CONV2D_DEFAULTS[len(node.args):])
+    x, weight, bias, stride, padding, dilation, groups = args[:7]
+    x_val, w_val = x.meta.get("val"), weight.meta.get("val")
+    if x_val is None or w_val is None or x_val.dim() != 4 or bias is not None:
+        return None
+    channels = x_val.shape[1]
+    if not isinstance(channels, int) or groups != channels:
+        return None
+    if tuple(w_val.shape) != (channels, 1, 1, 1) or w_val.dtype != x_val.dtype:
+        return None
+    if list(stride) != [1, 1] or list(padding) != [0, 0] or list(dilation) != [1, 1]:
+        return None
+    return x, weight, channels
+
+
+def _weight_value(program: torch.export.ExportedProgram, weight: torch.fx.Node) -> torch.Tensor | None:
+    """The real tensor behind a parameter, buffer or constant placeholder."""
+    signature = program.graph_signature
+    name = (
+        signature.inputs_to_parameters.get(weight.name)
+        or signature.inputs_to_buffers.get(weight.name)
+        or signature.inputs_to_lifted_tensor_constants.get(weight.name)
+    )
+    if name is None:
+        return None
+    return program.state_dict.get(name, program.constants.get(name))
+
+
+def _probe_differences(weight: torch.Tensor, channels: int) -> int:
+    """How many elements differ between the conv and its rewrite on a probe of
+    special values and random bits (0: the rewrite keeps every bit)."""
+    dtype = weight.dtype
+    if dtype not in INT_TWIN:
+        return -1
+    weight = weight.detach().cpu()
+    probe = special_values((4, channels, 8, 16), dtype)
+    with torch.no_grad():
+        conv = torch.nn.functional.conv2d(probe, weight, groups=channels)
+        rewrite = _aten.add.Tensor(_aten.mul.Tensor(probe, weight.view(1, channels, 1, 1)), 0.0)
+    twin = INT_TWIN[dtype]
+    return int((conv.view(twin) != rewrite.view(twin)).sum())
+
+
+def _lower_pointwise_convs(program: torch.export.ExportedProgram, report: OptimizeReport) -> None:
+    graph = program.graph_module.graph
+    for node in list(graph.nodes):
+        matched = _pointwise_conv_args(node)
+        if matched is None:
+            continue
+        x, weight, channels = matched
+        value = _weight_value(program, weight)
+        dtype = str(x.meta["val"].dtype).removeprefix("torch.")
+        if value is None:
+            report.kept.append(f"{node.name} ({dtype}): its weight is not a parameter, buffer or constant")
+            continue
+        differ = _probe_differences(value, channels)
+        if differ != 0:
+            report.kept.append(f"{node.name} ({dtype}): the multiply would change {differ} probe values")
+            continue
+        with graph.inserting_before(node):
+            view = graph.call_function(_aten.view.default, (weight, [1, channels, 1, 1]))
+            mul = graph.call_function(_aten.mul.Tensor, (x, view))
+            add = graph.call_function(_aten.add.Tensor, (mul, 0.0))
+        # Fake values for the new nodes, from the originals', so later passes see shapes.
+        fake_x, fake_w = x.meta["val"], weight.meta["val"]
+        with fake_x.fake_mode:
+            view.meta["val"] = fake_w.view(1, channels, 1, 1)
+            mul.meta["val"] = fake_x * view.meta["val"]
+            add.meta["val"] = mul.meta["val"] + 0.0
+        for new in (view, mul, add):
+            for key in ("stack_trace", "nn_module_stack"):
+                if key in node.meta:
+                    new.meta[key] = node.meta[key]
+        node.replace_all_uses_with(add)
+        graph.erase_node(node)
+        report.lowered.append(f"{node.name} ({dtype})")
+    graph.lint()
+    program.graph_module.recompile()
