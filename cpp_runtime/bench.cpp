@@ -1,11 +1,14 @@
 // Implementation of the serving benchmark (see bench.h).
 #include "bench.h"
 
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
 #include <malloc.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -94,6 +97,52 @@ bool same_bits(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& 
   return true;
 }
 
+// Pins the calling thread to one CPU of those this process may use: serving thread t
+// to the t-th (modulo their count), so two serving threads never share a core.
+void pin_to_cpu(int t) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
+    return;
+  }
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &allowed)) {
+      cpus.push_back(cpu);
+    }
+  }
+  if (cpus.empty()) {
+    return;
+  }
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpus[static_cast<size_t>(t) % cpus.size()], &one);
+  pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+}
+
+// Four copy_ calls through buffers that exist before timing: the least a 4-layer
+// identity must do, since custom ops cannot fuse.
+std::vector<double> time_floor(const at::Tensor& x, const BenchOptions& options) {
+  std::vector<at::Tensor> buffers;
+  for (int i = 0; i < 4; ++i) {
+    buffers.push_back(at::empty_like(x));
+  }
+  std::vector<double> latencies;
+  latencies.reserve(static_cast<size_t>(options.iterations));
+  for (int64_t i = 0; i < options.warmup + options.iterations; ++i) {
+    const auto begin = std::chrono::steady_clock::now();
+    buffers[0].copy_(x);
+    buffers[1].copy_(buffers[0]);
+    buffers[2].copy_(buffers[1]);
+    buffers[3].copy_(buffers[2]);
+    const auto end = std::chrono::steady_clock::now();
+    if (i >= options.warmup) {
+      latencies.push_back(std::chrono::duration<double, std::micro>(end - begin).count());
+    }
+  }
+  return latencies;
+}
+
 }  // namespace
 
 BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>& inputs,
@@ -127,10 +176,16 @@ BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>
   const auto serve = [&](int t) {
     bool arrived = false;
     try {
+      if (options.pin_threads) {
+        pin_to_cpu(t);
+      }
       // OpenMP's thread count is per calling thread: set it in each serving thread.
       at::set_num_threads(result.intra_op_threads);
       for (int64_t i = 0; i < options.warmup; ++i) {
         loader->run(inputs);
+      }
+      if (t == 0) {
+        result.floor_latencies_us = time_floor(inputs.front(), options);
       }
       auto& stats = result.threads[t];
       stats.latencies_us.reserve(static_cast<size_t>(options.iterations));
@@ -156,10 +211,13 @@ BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>
       }
     }
   };
+  // One serving thread is this one: it already owns the OpenMP team that loading and
+  // the reference run created, so no second team competes for the cores.
   std::vector<std::thread> workers;
-  for (int t = 0; t < options.threads; ++t) {
+  for (int t = 1; t < options.threads; ++t) {
     workers.emplace_back(serve, t);
   }
+  serve(0);
   for (auto& worker : workers) {
     worker.join();
   }
@@ -198,6 +256,9 @@ std::string bench_json(const BenchResult& result, const std::string& malloc_poli
       << ", \"p99_us\": " << percentile(all, 99) << ", \"mean_us\": "
       << std::accumulate(all.begin(), all.end(), 0.0) / runs
       << ", \"throughput_per_s\": " << throughput << ", \"wall_seconds\": " << result.wall_seconds
+      << ", \"floor_p50_us\": " << percentile(result.floor_latencies_us, 50)
+      << ", \"floor_p90_us\": " << percentile(result.floor_latencies_us, 90)
+      << ", \"floor_p99_us\": " << percentile(result.floor_latencies_us, 99)
       << ", \"per_thread_p50_us\": [";
   for (size_t t = 0; t < result.threads.size(); ++t) {
     out << (t ? ", " : "") << percentile(result.threads[t].latencies_us, 50);

@@ -29,6 +29,7 @@ struct BenchOptions {
   int64_t warmup = 50;        // untimed runs per thread first
   int threads = 1;            // serving threads, one model instance each
   int intra_op_threads = 0;   // per serving thread; 0: cores / threads (at least 1)
+  bool pin_threads = false;   // pin serving thread t to the t-th allowed CPU
 };
 
 struct ThreadStats {
@@ -38,6 +39,9 @@ struct ThreadStats {
 
 struct BenchResult {
   BenchOptions options;
+  // The memory floor in this process, on the serving thread's settings: the first
+  // input moved four times with copy_ into buffers allocated before timing.
+  std::vector<double> floor_latencies_us;
   int intra_op_threads = 0;
   double wall_seconds = 0;           // first timed run start to last timed run end
   std::vector<ThreadStats> threads;

@@ -153,6 +153,8 @@ Options parse_args(int argc, char** argv) {
     } else if (arg == "--intra-op-threads") {
       options.bench.intra_op_threads =
           static_cast<int>(parse_count(arg, take_value(argc, argv, i), 1, 1024));
+    } else if (arg == "--pin-threads") {
+      options.bench.pin_threads = true;
     } else if (arg == "--bench-json") {
       options.bench_json = take_value(argc, argv, i);
     } else if (arg == "--inspect") {
@@ -196,6 +198,10 @@ void print_bench(const aoti_runner::BenchResult& result, const std::string& allo
               << " us\n";
   }
   std::cout << "bench: throughput " << throughput << " runs/s\n";
+  const auto floor = percentile(result.floor_latencies_us, 50);
+  std::cout << "bench: floor (4 copy_ into existing buffers, this process) p50 " << floor
+            << " us; package p50 / floor = " << std::setprecision(2) << percentile(all, 50) / floor
+            << std::setprecision(1) << "\n";
   std::cout << "bench: outputs checked " << all.size() << ", bits differ from the first run in "
             << result.mismatched_outputs << "\n";
   std::cout << "bench: RSS " << result.rss_start_kib << " KiB at start, " << result.rss_end_kib

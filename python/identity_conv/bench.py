@@ -1,8 +1,9 @@
 """The benchmark suite: every runtime of the IdentityModel at several sizes, in one
-run, against the memory floor of a 4-layer identity (four copies into buffers that
-exist before timing). Also the op kernel's bandwidth against ``clone()``, and the C++
-runner's throughput from one and from two serving threads. Stage functions only:
-the ``benchmark`` CLI prints, tables and plots."""
+run, against the memory floor of a 4-layer identity (four copy_ calls into buffers
+that exist before timing, measured inside the C++ runner with the package's thread
+settings, so no interpreter overhead flatters it). Also the op kernel's bandwidth
+against ``clone()``, and the C++ runner's throughput from one and from two serving
+threads. Stage functions only: the ``benchmark`` CLI prints, tables and plots."""
 
 from __future__ import annotations
 
@@ -63,6 +64,7 @@ class SizeResult:
     latencies: dict[str, Latency]
     cpp_allocator: str
     cpp_intra_op_threads: int
+    python_threads: int
 
     def ratio_to_floor(self, path: str) -> float:
         return self.latencies[path].p50 / self.latencies[FLOOR].p50
@@ -149,28 +151,29 @@ def time_calls(fn: Callable[[], object], iterations: int, warmup: int) -> Latenc
     return Latency.of(samples)
 
 
-def floor_call(x: torch.Tensor) -> Callable[[], object]:
-    """Moving x four times with copy_ into buffers allocated before timing: what a
-    4-layer identity must do at least, since custom ops cannot fuse."""
-    buffers = [torch.empty_like(x) for _ in range(4)]
-
-    def copies() -> None:
-        buffers[0].copy_(x)
-        buffers[1].copy_(buffers[0])
-        buffers[2].copy_(buffers[1])
-        buffers[3].copy_(buffers[2])
-
-    return copies
+def parse_size(name: str) -> tuple[int, int, int, int]:
+    """A name from SIZES, or any ``BxCxHxW`` (e.g. ``1x3x16x16``)."""
+    if name in SIZES:
+        return SIZES[name]
+    try:
+        shape = tuple(int(part) for part in name.split("x"))
+    except ValueError:
+        shape = ()
+    if len(shape) != 4 or min(shape) < 1:
+        raise IdentityConvError(f"unknown size {name!r}: give BxCxHxW (e.g. 1x3x16x16) or one of {', '.join(SIZES)}")
+    return shape  # type: ignore[return-value]
 
 
 def run_cpp_bench(
     runner: Path, package: Path, op_lib: Path, inputs: Path, iterations: int, warmup: int, work_dir: Path,
     threads: int = 1, intra_op_threads: int | None = None, malloc: str = "retain",
 ) -> dict[str, object]:
-    """The C++ runner's --bench mode (timing inside its process); its JSON result."""
+    """The C++ runner's --bench mode (timing inside its process, serving threads
+    pinned to their own cores); its JSON result."""
     out = work_dir / f"cpp_bench_{package.stem}_{threads}.json"
     args = [str(runner), str(package), str(op_lib), "--inputs", str(inputs), "--bench", str(iterations),
-            "--warmup", str(warmup), "--threads", str(threads), "--malloc", malloc, "--bench-json", str(out)]
+            "--warmup", str(warmup), "--threads", str(threads), "--malloc", malloc, "--bench-json", str(out),
+            "--pin-threads"]
     if intra_op_threads:
         args += ["--intra-op-threads", str(intra_op_threads)]
     result = subprocess.run(args, capture_output=True, text=True, timeout=1800)
@@ -223,10 +226,8 @@ def run_benchmark(
     work_dir.mkdir(parents=True, exist_ok=True)
     report = BenchReport(machine_facts(), torch.__version__, iterations_scale, optimize)
     for name in sizes:
-        if name not in SIZES:
-            raise IdentityConvError(f"unknown size {name!r}; choose from {', '.join(SIZES)}")
-        shape = SIZES[name]
-        iterations = max(3, int(BASE_ITERATIONS[name] * iterations_scale))
+        shape = parse_size(name)
+        iterations = max(3, int(BASE_ITERATIONS.get(name, 200) * iterations_scale))
         warmup = max(1, iterations // 10)
         step(f"{name}: compile the package")
         batch, channels, height, width = shape
@@ -247,20 +248,19 @@ def run_benchmark(
             step(f"{name}: AOTI-Python")
             package = torch._inductor.aoti_load_package(str(package_path))
             latencies["AOTI-Python"] = time_calls(lambda: package(x), iterations, warmup)
-            step(f"{name}: floor")
-            latencies[FLOOR] = time_calls(floor_call(x), iterations, warmup)
-        step(f"{name}: AOTI-C++")
+        step(f"{name}: AOTI-C++ and the floor")
         cpp = run_cpp_bench(runner, package_path, library, inputs, iterations, warmup, work_dir)
         latencies["AOTI-C++"] = Latency(cpp["p50_us"], cpp["p90_us"], cpp["p99_us"], int(cpp["outputs_checked"]))
+        latencies[FLOOR] = Latency(cpp["floor_p50_us"], cpp["floor_p90_us"], cpp["floor_p99_us"], iterations)
         report.sizes.append(SizeResult(name, shape, x.numel() * 4 / 1e6, {p: latencies[p] for p in PATHS},
-                                       str(cpp["malloc"]), int(cpp["intra_op_threads"])))
+                                       str(cpp["malloc"]), int(cpp["intra_op_threads"]), torch.get_num_threads()))
         torch._dynamo.reset()  # each size compiles afresh, not into dynamo's recompile limit
     if serving and report.sizes:
         smallest = report.sizes[0]
         step(f"{smallest.name}: C++ serving, 1 and 2 threads")
         package_path = work_dir / f"model_{smallest.name}.pt2"
         inputs = work_dir / f"input_{smallest.name}.pt"
-        iterations = max(3, int(4 * BASE_ITERATIONS[smallest.name] * iterations_scale))
+        iterations = max(3, int(4 * BASE_ITERATIONS.get(smallest.name, 200) * iterations_scale))
         one = run_cpp_bench(runner, package_path, library, inputs, iterations, iterations // 10 + 1, work_dir,
                             threads=1, intra_op_threads=1)
         two = run_cpp_bench(runner, package_path, library, inputs, iterations, iterations // 10 + 1, work_dir,

@@ -108,6 +108,10 @@ class PackageSpec:
     optimizations: str = ""
     # Groups of (input, dim) positions that must have equal sizes (one dynamic dim).
     shared_dims: list[list[tuple[int, int]]] = field(default_factory=list)
+    # The compile cache: the key of everything the package was built from, and the
+    # build's verification (JSON: [[label, BitReport fields], ...]) to report on a hit.
+    cache_key: str = ""
+    verified: str = ""
 
     def to_metadata(self) -> dict[str, str]:
         entries = {
@@ -125,6 +129,8 @@ class PackageSpec:
             "fake_modules": ",".join(self.fake_modules),
             "optimizations": self.optimizations,
             "shared_dims": ";".join(",".join(f"{i}.{d}" for i, d in group) for group in self.shared_dims),
+            "cache_key": self.cache_key,
+            "verified": self.verified,
         }
         return {META_PREFIX + key: value for key, value in entries.items()}
 
@@ -167,6 +173,7 @@ class PackageSpec:
             "fake_modules": self.fake_modules,
             "optimizations": self.optimizations,
             "shared_dims": [[list(position) for position in group] for group in self.shared_dims],
+            "cache_key": self.cache_key,
             "aoti": self.aoti,
         }
 
@@ -199,6 +206,8 @@ class PackageSpec:
             fake_modules=split(get("fake_modules")),
             optimizations=get("optimizations"),
             shared_dims=_decode_groups(get("shared_dims")),
+            cache_key=get("cache_key"),
+            verified=get("verified"),
         )
 
 

@@ -6,6 +6,8 @@ never print."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,8 +18,9 @@ import torch
 
 from torch import nn
 
+from .cache import cache_key
 from .compile import compile_package
-from .errors import ExportError, InputError, VerificationError
+from .errors import ExportError, InputError, PackageError, VerificationError
 from .host import instruction_set_flags
 from .export import (
     GraphCalls,
@@ -81,6 +84,8 @@ class BuildConfig:
     max_ulp: int = 0
     # Export-time graph optimizations (optimize.py); each keeps eager's bits.
     optimize: bool = True
+    # Rebuild even if the package at `output` was built from the same inputs.
+    force: bool = False
 
     def shape(self) -> tuple[int, int, int, int]:
         return (self.batch, self.channels, self.height, self.width)
@@ -141,6 +146,9 @@ class BuildResult:
     max_ulp: int = 0
     reference_dir: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    # True when the package at the output was reused (same cache key): export,
+    # compile and verify were skipped, and `checks` are those of the build that made it.
+    cached: bool = False
 
     @property
     def example_input(self) -> torch.Tensor:
@@ -240,6 +248,30 @@ def export_and_compile(
         else:
             model, inputs, traced, dynamic_dims = _build_user_model(config)
         model_name = config.model or type(model).__name__
+        key = _cache_key(config, model, inputs, traced, dynamic_dims, libraries)
+        cached = None if config.force else _cached_spec(config.output, key)
+
+    if cached is not None:
+        for name in ("export", "compile", "verify"):
+            with stage(name):
+                pass
+        if config.save_reference is not None:
+            with torch.no_grad():
+                _save_reference(config.save_reference, inputs, flatten_outputs(model(*inputs)))
+        return BuildResult(
+            package_path=config.output,
+            spec=cached,
+            calls=GraphCalls(cached.required_ops, cached.required_classes),
+            graph="(the package at the output was built from the same inputs: export and compile skipped)",
+            example_inputs=inputs,
+            checks=[(label, BitReport(**fields)) for label, fields in json.loads(cached.verified)],
+            op_libraries=libraries,
+            model_name=model_name,
+            max_ulp=config.max_ulp,
+            reference_dir=config.save_reference,
+            timings=timings,
+            cached=True,
+        )
 
     with stage("export"):
         # Packages are for inference: tracing without autograd keeps the graph free of
@@ -292,8 +324,11 @@ def export_and_compile(
                 label = f"eager vs package {shapes}" + (f" output[{j}]" if len(eager) > 1 else "")
                 checks.append((label, compare_bits(actual, expected)))
         if config.save_reference is not None:
-            save_tensors(config.save_reference / REFERENCE_INPUTS, inputs)
-            save_tensors(config.save_reference / REFERENCE_OUTPUTS, reference_outputs)
+            _save_reference(config.save_reference, inputs, reference_outputs)
+        # Recorded last, so only a package that went through every stage is reused.
+        spec.cache_key = key
+        spec.verified = json.dumps([[label, dataclasses.asdict(report)] for label, report in checks])
+        rewrite_package_metadata(package_path, package_path, spec.to_metadata())
 
     return BuildResult(
         package_path=package_path,
@@ -373,6 +408,47 @@ def _build_user_model(
                 shape[d] = 2
                 traced[i] = seeded_input(tuple(shape), config.dtype, config.device, config.seed + i)
     return model, inputs, traced, list(config.dynamic_dims)
+
+
+def _cache_key(
+    config: BuildConfig, model: nn.Module, inputs: list[torch.Tensor], traced: list[torch.Tensor],
+    dynamic_dims: list[DynamicDim], libraries: list[Path],
+) -> str:
+    """The compile-cache key of this build (see cache.py). The op libraries counted
+    are those this build loaded (--op-lib, or the default one)."""
+    options = {
+        "device": config.device,
+        "dtype": config.dtype,
+        "variant": config.variant if config.model is None else None,
+        "model": config.model,
+        "model_args": repr(sorted(config.model_args.items())),
+        "dynamic": [str(d) for d in dynamic_dims],
+        "optimize": config.optimize,
+        "allow_python_ops": config.allow_python_ops,
+        "max_ulp": config.max_ulp,
+        "seed": config.seed,
+        "fake_modules": list(config.fake_modules),
+        "op_libs": [Path(p).name for p in config.op_libs],
+    }
+    modules = list(config.fake_modules) + ([config.model.split(":")[0]] if config.model else [])
+    return cache_key(model, inputs, traced, libraries, modules, options, instruction_set_flags())
+
+
+def _cached_spec(output: Path, key: str) -> PackageSpec | None:
+    """The spec of the package at ``output`` if it was built (and verified) from the
+    same inputs, else None."""
+    if not output.is_file():
+        return None
+    try:
+        spec = read_package_spec(output)
+    except PackageError:
+        return None
+    return spec if spec.cache_key == key and spec.verified else None
+
+
+def _save_reference(folder: Path, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+    save_tensors(folder / REFERENCE_INPUTS, inputs)
+    save_tensors(folder / REFERENCE_OUTPUTS, outputs)
 
 
 def _python_ops_error(python_ops: dict[str, str], where: str) -> ExportError:

@@ -22,8 +22,9 @@ app = typer.Typer(add_completion=False, rich_markup_mode="rich")
         "Benchmark the IdentityModel at several sizes, in one run: eager, torch.compile, the "
         "AOTI package from Python and from C++ (timed inside the C++ runner, whose allocator "
         "setting is reported), and the floor: four copy_() calls into buffers allocated before "
-        "timing, the least a 4-layer identity must move. Also the op kernel's bandwidth against "
-        "clone(), and the C++ runner serving from 1 and 2 threads.\n\n"
+        "timing, the least a 4-layer identity must move, timed inside the C++ runner with the "
+        "package's thread settings. Also the op kernel's bandwidth against clone(), and the C++ "
+        "runner serving from 1 and 2 threads.\n\n"
         "Prints p50/p90/p99 and each path's ratio to the floor, then the performance targets "
         "as measured; writes bench.json, bench.md and bench.png to --output-dir.\n\n"
         "Exit codes: 0 measured (targets are reported, not enforced, unless --check-targets), "
@@ -32,7 +33,8 @@ app = typer.Typer(add_completion=False, rich_markup_mode="rich")
 )
 def benchmark(
     sizes: Annotated[
-        str, typer.Option(help=f"Comma-separated input sizes (float32 NCHW), from: {', '.join(SIZES)}.")
+        str,
+        typer.Option(help=f"Comma-separated input sizes (float32 NCHW): {', '.join(SIZES)}, or any BxCxHxW."),
     ] = ",".join(SIZES),
     iterations: Annotated[
         float,
@@ -52,7 +54,7 @@ def benchmark(
     op_lib: OpLibOption = None,
 ) -> None:
     names = [name.strip() for name in sizes.split(",") if name.strip()]
-    steps = 6 * len(names) + int(serving) + int(bandwidth_mb > 0)
+    steps = 5 * len(names) + int(serving) + int(bandwidth_mb > 0)
     try:
         require_runner(runner)
         with step_progress(steps) as on_step:
@@ -78,8 +80,9 @@ def benchmark(
     console.print(table)
     if report.sizes:
         size = report.sizes[0]
-        console.print(f"C++ runner: allocator {size.cpp_allocator}, {size.cpp_intra_op_threads} intra-op thread(s); "
-                      f"Python paths: this process's glibc defaults. Packages: "
+        console.print(f"C++ runner (and the floor): malloc {size.cpp_allocator}, {size.cpp_intra_op_threads} intra-op "
+                      f"thread(s), serving thread pinned to a core; Python paths: this process, glibc defaults, "
+                      f"{size.python_threads} intra-op thread(s). Packages: "
                       f"{'optimized' if report.optimize else '--no-optimize'}.")
     if report.serving:
         s = report.serving

@@ -190,6 +190,14 @@ def export_compile(
             "probe with special values. --no-optimize compiles the graph as exported.",
         ),
     ] = True,
+    force: Annotated[
+        bool,
+        typer.Option(
+            help="Rebuild even if the package at --output was built from the same inputs. Without it, "
+            "such a package is reused (\"cached\"): the key covers the model's source and state, the op "
+            "libraries' content, shapes, dtype, device, options and the torch version.",
+        ),
+    ] = False,
     show_graph: Annotated[bool, typer.Option(help="Print the exported graph.")] = True,
 ) -> None:
     if device is Device.cuda and not torch.cuda.is_available():
@@ -211,6 +219,7 @@ def export_compile(
             allow_python_ops=allow_python_ops,
             max_ulp=max_ulp,
             optimize=optimize,
+            force=force,
             op_libs=list(op_lib or []),
             channels=channels,
             batch=batch,
@@ -248,6 +257,13 @@ def export_compile(
     for name, seconds in result.timings.items():
         table.add_row(f"stage: {name}", f"{seconds:.2f} s")
     table.add_row("model", result.model_name)
+    table.add_row(
+        "compile cache",
+        "cached: the package at --output was built from the same inputs (export, compile and verify "
+        "skipped; checks below are from that build; --force rebuilds)"
+        if result.cached
+        else "built (key recorded in the package)",
+    )
     for i, spec in enumerate(result.spec.inputs):
         table.add_row(f"input[{i}] spec", f"{spec.shape_str()} {spec.dtype} on {device.value}")
     table.add_row("optimizations", result.spec.optimizations)

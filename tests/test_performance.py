@@ -1,0 +1,246 @@
+"""The performance work, for correctness only (no timing assertions): the export-time
+optimization keeps every bit in both runtimes, the C++ runner's benchmark and serving
+modes check every output, the benchmark command writes valid JSON, Markdown and a
+PNG, and the compile cache hits and misses on each component of its key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from conftest import PACKAGE_SHAPE, run_cmd
+from identity_conv.cache import cache_key
+from identity_conv.cli.benchmark import app as benchmark_app
+from identity_conv.cli.export_compile import app as export_compile_app
+from identity_conv.cli.run_inference import app as run_inference_app
+from identity_conv.model import IdentityModel
+from identity_conv.optimize import optimize_program
+from identity_conv.package import read_package_spec
+from identity_conv.special_values import INT_TWIN, special_values
+from identity_conv.tensor_io import load_tensors, save_tensors
+
+runner = CliRunner()
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    twin = INT_TWIN[a.dtype]
+    return a.shape == b.shape and torch.equal(a.view(twin), b.view(twin))
+
+
+@pytest.fixture(scope="session")
+def unoptimized_package(tmp_path_factory: pytest.TempPathFactory, op_library: Path) -> Path:
+    """The compiled_package's model and shape, compiled with --no-optimize."""
+    package = tmp_path_factory.mktemp("unoptimized") / "model.pt2"
+    batch, channels, height, width = PACKAGE_SHAPE
+    result = runner.invoke(export_compile_app, [
+        "--batch", str(batch), "--channels", str(channels), "--height", str(height), "--width", str(width),
+        "--output", str(package), "--op-lib", str(op_library), "--no-optimize", "--no-show-graph"])
+    assert result.exit_code == 0, result.output
+    return package
+
+
+# --- the optimization ------------------------------------------------------------------
+
+def test_optimized_package_records_and_shows_the_rewrite(compiled_package, unoptimized_package):
+    assert "2 pointwise conv(s) lowered to a multiply" in read_package_spec(compiled_package.path).optimizations
+    assert read_package_spec(unoptimized_package).optimizations == "off (--no-optimize)"
+    # The exported graph printed by the CLI: no conv left, a multiply in its place.
+    graph = compiled_package.cli_output.split("exported graph")[1]
+    assert "aten.conv2d" not in graph and "aten.mul.Tensor" in graph
+
+
+@pytest.mark.parametrize("kind", ["random", "special"])
+def test_optimized_and_unoptimized_packages_keep_eager_bits_in_both_runtimes(
+    compiled_package, unoptimized_package, build, op_library, tmp_path, kind
+):
+    """Both packages give eager's bits in Python and in C++, special values included:
+    the rewrite keeps the conv's -0.0 -> +0.0 (its + 0.0 does that) and NaN quieting."""
+    x = torch.randn(PACKAGE_SHAPE) if kind == "random" else special_values(PACKAGE_SHAPE, torch.float32)
+    with torch.no_grad():
+        eager = IdentityModel(PACKAGE_SHAPE[1]).eval()(x)
+    inputs = save_tensors(tmp_path / "in.pt", [x])
+    expected = save_tensors(tmp_path / "eager.pt", [eager])
+    for package in (compiled_package.path, unoptimized_package):
+        # --expected eager: exit 0 only if every bit is eager's.
+        py = runner.invoke(run_inference_app, [str(package), str(op_library), "--inputs", str(inputs),
+                                                "--expected", str(expected), "--outputs", str(tmp_path / "py.pt")])
+        cpp = run_cmd(build.runner, package, op_library, "--inputs", inputs, "--expected", expected,
+                      "--outputs", tmp_path / "cpp.pt")
+        assert py.exit_code == 0, py.output
+        assert cpp.returncode == 0, cpp.stdout + cpp.stderr
+        assert _same_bits(load_tensors(tmp_path / "py.pt")[0], load_tensors(tmp_path / "cpp.pt")[0])
+    if kind == "special":
+        negative_zero = (x.view(torch.int32) == torch.iinfo(torch.int32).min)
+        assert negative_zero.any()
+        # Pinned: -0.0 still comes out as +0.0, as from the conv.
+        assert (eager.view(torch.int32)[negative_zero] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_rewrite_is_applied_only_where_the_probe_shows_the_same_bits(op_library, dtype):
+    model = IdentityModel(3).to(dtype).eval()
+    with torch.no_grad():
+        program = torch.export.export(model, (torch.randn(2, 3, 4, 4).to(dtype),), strict=False)
+    report = optimize_program(program)
+    targets = [str(node.target) for node in program.graph.nodes if node.op == "call_function"]
+    if dtype == torch.bfloat16:
+        # The bfloat16 conv flushes subnormals; a multiply would not, so it stays a conv.
+        assert report.lowered == [] and len(report.kept) == 2 and "probe values" in report.kept[0]
+        assert targets.count("aten.conv2d.default") == 2
+    else:
+        assert len(report.lowered) == 2 and report.kept == []
+        assert "aten.conv2d.default" not in targets and targets.count("aten.mul.Tensor") == 2
+        with torch.no_grad():
+            x = special_values((2, 3, 4, 4), dtype)
+            assert _same_bits(program.module()(x), model(x))
+
+
+def test_a_bare_multiply_would_change_special_values():
+    """Why the rewrite adds + 0.0: without it, -0.0 would survive where the conv
+    makes +0.0, and the probe must (and does) see the difference."""
+    x = special_values((1, 3, 4, 4), torch.float32)
+    weight = torch.ones(3, 1, 1, 1)
+    conv = torch.nn.functional.conv2d(x, weight, groups=3)
+    bare = x * weight.view(1, 3, 1, 1)
+    assert not _same_bits(conv, bare)
+    assert _same_bits(conv, bare + 0.0)
+
+
+# --- the C++ runner's benchmark and serving modes ----------------------------------------
+
+def test_runner_bench_checks_every_output_from_two_threads(compiled_package, build, op_library, tmp_path):
+    out = tmp_path / "bench.json"
+    result = run_cmd(build.runner, compiled_package.path, op_library, "--inputs", compiled_package.input_file,
+                     "--bench", "25", "--warmup", "2", "--threads", "2", "--pin-threads", "--bench-json", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(out.read_text())
+    assert data["threads"] == 2 and data["iterations"] == 25 and data["intra_op_threads"] >= 1
+    assert data["outputs_checked"] == 50 and data["mismatched_outputs"] == 0
+    assert data["p50_us"] <= data["p90_us"] <= data["p99_us"] and len(data["per_thread_p50_us"]) == 2
+    assert data["floor_p50_us"] > 0 and data["throughput_per_s"] > 0 and data["malloc"] == "retain"
+    assert data["rss_start_kib"] > 0 and data["rss_end_kib"] > 0
+    assert "bench: allocator: glibc malloc, retain" in result.stdout
+    # The bench's outputs still go through the usual identity verification.
+    assert "verify: output[0] vs input[0] (bitwise): identical" in result.stdout and "PASSED" in result.stdout
+
+
+def test_runner_soak_prints_rss_at_start_and_end(compiled_package, build, op_library):
+    result = run_cmd(build.runner, compiled_package.path, op_library, "--iterations", "30", "--warmup", "0",
+                     "--malloc", "system")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "bench: RSS " in result.stdout and "KiB at start" in result.stdout and "KiB at end" in result.stdout
+    assert "system defaults" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--bench", "0"], "--bench expects an integer in [1,"),
+        (["--bench", "5", "--threads", "0"], "--threads expects an integer in [1, 256]"),
+        (["--bench", "5", "--threads", "x"], "--threads expects a non-negative integer, got 'x'"),
+        (["--malloc", "jemalloc"], "--malloc expects 'retain' or 'system', got 'jemalloc'"),
+        (["--bench", "5", "--intra-op-threads", "0"], "--intra-op-threads expects an integer in [1, 1024]"),
+    ],
+)
+def test_runner_bench_options_are_checked(compiled_package, build, op_library, args, message):
+    result = run_cmd(build.runner, compiled_package.path, op_library, *args)
+    assert result.returncode == 2 and message in result.stderr, result.stdout + result.stderr
+
+
+# --- the benchmark command --------------------------------------------------------------
+
+def test_benchmark_tiny_run_writes_json_markdown_and_png(build, op_library, tmp_path):
+    result = runner.invoke(benchmark_app, [
+        "--sizes", "1x3x16x16", "--iterations", "0.02", "--bandwidth-mb", "2", "--output-dir", str(tmp_path),
+        "--runner", str(build.runner), "--op-lib", str(op_library)])
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "bench.json").read_text())
+    (size,) = data["sizes"]
+    assert size["shape"] == [1, 3, 16, 16]
+    assert set(size["latencies"]) == {"eager", "torch.compile", "AOTI-Python", "AOTI-C++", "floor: 4 copies"}
+    for latency in size["latencies"].values():
+        assert 0 < latency["p50"] <= latency["p90"] <= latency["p99"] and latency["runs"] >= 3
+    assert size["ratio_to_floor"]["floor: 4 copies"] == 1.0
+    assert data["serving"]["mismatched_outputs"] == 0 and data["serving"]["scaling"] > 0
+    assert data["bandwidth"]["kernel_gb_s"] > 0 and data["bandwidth"]["clone_gb_s"] > 0
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    markdown = (tmp_path / "bench.md").read_text()
+    assert "| 1x3x16x16 | AOTI-C++ |" in markdown and "| target | measured | met |" in markdown
+    assert "performance targets, as measured in this run" in result.output
+
+
+def test_benchmark_rejects_an_unknown_size(build, op_library, tmp_path):
+    result = runner.invoke(benchmark_app, ["--sizes", "huge", "--output-dir", str(tmp_path),
+                                           "--runner", str(build.runner), "--op-lib", str(op_library)])
+    assert result.exit_code == 2 and "unknown size 'huge'" in result.output
+
+
+# --- the compile cache ------------------------------------------------------------------
+
+def _key(model, **changes):
+    args = dict(
+        model=model, example_inputs=[torch.zeros(2, 3, 4, 4)], traced_inputs=[torch.zeros(2, 3, 4, 4)],
+        library_paths=[], source_modules=[], options={"device": "cpu", "optimize": True}, cpu_flags=["avx2"],
+    )
+    args.update(changes)
+    return cache_key(**args)
+
+
+def test_cache_key_changes_with_each_component(op_library, tmp_path, monkeypatch):
+    model = IdentityModel(3).eval()
+    base = _key(model)
+    assert _key(IdentityModel(3).eval()) == base  # same inputs, same key
+    changed = IdentityModel(3).eval()
+    with torch.no_grad():
+        changed.layer4.weight.fill_(2.0)
+    assert _key(changed) != base, "model state"
+    assert _key(IdentityModel(4).eval()) != base, "torchbind state and weights"
+    assert _key(model, example_inputs=[torch.zeros(2, 3, 4, 5)]) != base, "shapes"
+    assert _key(model, example_inputs=[torch.zeros(2, 3, 4, 4, dtype=torch.float64)]) != base, "dtype"
+    assert _key(model, options={"device": "cuda", "optimize": True}) != base, "device"
+    assert _key(model, options={"device": "cpu", "optimize": False}) != base, "options"
+    assert _key(model, cpu_flags=["avx512f"]) != base, "host ISA"
+    library = tmp_path / "libfake.so"
+    library.write_bytes(b"one")
+    with_library = _key(model, library_paths=[library])
+    assert with_library != base
+    library.write_bytes(b"two")
+    assert _key(model, library_paths=[library]) != with_library, "op library content"
+    source = tmp_path / "user_model_for_key.py"
+    source.write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import user_model_for_key  # noqa: F401
+
+    with_source = _key(model, source_modules=["user_model_for_key"])
+    source.write_text("X = 2\n")
+    assert _key(model, source_modules=["user_model_for_key"]) != with_source, "model source"
+    monkeypatch.setattr(torch, "__version__", "0.0.0-test")
+    assert _key(model) != base, "torch version"
+
+
+def test_export_compile_reuses_an_identical_build_and_force_rebuilds(compiled_package, op_library, tmp_path):
+    """The session's package was built by the same arguments: a hit, with the stored
+    checks and the file untouched. --force, or a changed option, rebuilds."""
+    batch, channels, height, width = PACKAGE_SHAPE
+    args = ["--batch", str(batch), "--channels", str(channels), "--height", str(height), "--width", str(width),
+            "--output", str(compiled_package.path), "--op-lib", str(op_library)]
+    before = compiled_package.path.read_bytes()
+    hit = runner.invoke(export_compile_app, args)
+    assert hit.exit_code == 0, hit.output
+    assert "cached: the package at --output was built from the same inputs" in hit.output
+    assert "eager vs package [2, 3, 8, 12] (bitwise)" in hit.output and "PASSED (bit-identical)" in hit.output
+    assert compiled_package.path.read_bytes() == before
+
+    copy = tmp_path / "model.pt2"
+    copy.write_bytes(before)
+    args[args.index("--output") + 1] = str(copy)
+    assert "cached:" in runner.invoke(export_compile_app, args).output  # the key is in the file, not the path
+    forced = runner.invoke(export_compile_app, args + ["--force", "--no-show-graph"])
+    assert forced.exit_code == 0 and "built (key recorded in the package)" in forced.output, forced.output
+    changed = runner.invoke(export_compile_app, args + ["--seed", "3", "--no-show-graph"])
+    assert changed.exit_code == 0 and "built (key recorded in the package)" in changed.output, changed.output
+    assert read_package_spec(copy).cache_key != read_package_spec(compiled_package.path).cache_key
