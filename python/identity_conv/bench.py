@@ -298,7 +298,7 @@ def plot(report: BenchReport, path: Path) -> Path:
         positions = [j + (i - (len(PATHS) - 1) / 2) * width for j in range(len(names))]
         bars = axes.bar(positions, values, width, label=path_name)
         for bar, size in zip(bars, report.sizes):
-            axes.annotate(f"{size.ratio_to_floor(path_name):.2g}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            axes.annotate(f"{size.ratio_to_floor(path_name):.3g}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                           ha="center", va="bottom", fontsize=7)
     axes.set_yscale("log")
     axes.set_xticks(range(len(names)), [f"{n}\n({s.megabytes:.1f} MB)" for n, s in zip(names, report.sizes)])
