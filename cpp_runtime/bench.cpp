@@ -8,6 +8,7 @@
 
 #include <malloc.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include <limits>
 #include <numeric>
 #include <sstream>
+#include <system_error>
 #include <thread>
 
 #include "runner.h"
@@ -120,6 +122,21 @@ void pin_to_cpu(int t) {
   pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
 }
 
+int64_t thread_minor_faults() {
+  struct rusage usage {};
+  return getrusage(RUSAGE_THREAD, &usage) == 0 ? static_cast<int64_t>(usage.ru_minflt) : 0;
+}
+
+// JSON has no NaN or infinity: such a value (e.g. a percentile of nothing) is null.
+std::string json_number(double value) {
+  if (!std::isfinite(value)) {
+    return "null";
+  }
+  std::ostringstream out;
+  out << std::setprecision(6) << value;
+  return out.str();
+}
+
 // Four copy_ calls through buffers that exist before timing: the least a 4-layer
 // identity must do, since custom ops cannot fuse.
 std::vector<double> time_floor(const at::Tensor& x, const BenchOptions& options) {
@@ -168,7 +185,10 @@ BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>
     throw RunnerError("running the AOTI package " + path + " failed: " + e.what_without_backtrace());
   }
 
+  // The floor first, alone, on the serving threads' intra-op setting.
+  result.floor_latencies_us = time_floor(inputs.front(), options);
   result.threads.resize(static_cast<size_t>(options.threads));
+  std::atomic<int64_t> minor_faults{0};
   std::atomic<int64_t> mismatches{0};
   std::barrier start_line(options.threads);
   std::vector<std::chrono::steady_clock::time_point> starts(options.threads), ends(options.threads);
@@ -184,9 +204,6 @@ BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>
       for (int64_t i = 0; i < options.warmup; ++i) {
         loader->run(inputs);
       }
-      if (t == 0) {
-        result.floor_latencies_us = time_floor(inputs.front(), options);
-      }
       auto& stats = result.threads[t];
       stats.latencies_us.reserve(static_cast<size_t>(options.iterations));
       // Each thread compares against its own copy, which stays in its core's cache.
@@ -196,6 +213,10 @@ BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>
       }
       arrived = true;
       start_line.arrive_and_wait();
+      if (t == 0) {
+        result.rss_after_warmup_kib = resident_set_kib();
+      }
+      const auto faults_before = thread_minor_faults();
       starts[t] = std::chrono::steady_clock::now();
       for (int64_t i = 0; i < options.iterations; ++i) {
         const auto begin = std::chrono::steady_clock::now();
@@ -203,12 +224,12 @@ BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>
         const auto end = std::chrono::steady_clock::now();
         const double us = std::chrono::duration<double, std::micro>(end - begin).count();
         stats.latencies_us.push_back(us);
-        stats.busy_seconds += us * 1e-6;
         if (!same_bits(outputs, own_reference)) {
           ++mismatches;
         }
       }
       ends[t] = std::chrono::steady_clock::now();
+      minor_faults += thread_minor_faults() - faults_before;
     } catch (const std::exception& e) {
       errors[t] = e.what();
       if (!arrived) {
@@ -220,7 +241,12 @@ BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>
   // the reference run created, so no second team competes for the cores.
   std::vector<std::thread> workers;
   for (int t = 1; t < options.threads; ++t) {
-    workers.emplace_back(serve, t);
+    try {
+      workers.emplace_back(serve, t);
+    } catch (const std::system_error& e) {
+      errors[t] = std::string("could not start the thread: ") + e.what();
+      start_line.arrive_and_drop();  // nobody waits for a thread that never ran
+    }
   }
   serve(0);
   for (auto& worker : workers) {
@@ -235,9 +261,18 @@ BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>
                                                       *std::min_element(starts.begin(), starts.end()))
                             .count();
   result.mismatched_outputs = mismatches.load();
+  result.minor_page_faults = minor_faults.load();
   result.rss_end_kib = resident_set_kib();
   result.reference_outputs = std::move(reference);
   return result;
+}
+
+double serving_throughput(const BenchResult& result) {
+  int64_t runs = 0;
+  for (const auto& t : result.threads) {
+    runs += static_cast<int64_t>(t.latencies_us.size());
+  }
+  return result.wall_seconds > 0 ? static_cast<double>(runs) / result.wall_seconds : std::nan("");
 }
 
 std::string bench_json(const BenchResult& result, const std::string& malloc_policy) {
@@ -245,33 +280,31 @@ std::string bench_json(const BenchResult& result, const std::string& malloc_poli
   for (const auto& t : result.threads) {
     all.insert(all.end(), t.latencies_us.begin(), t.latencies_us.end());
   }
-  const auto runs = static_cast<double>(all.size());
-  // Each thread's own rate: runs over the time spent inside run(). Their sum is the
-  // serving throughput; the output checks between runs are not counted.
-  double throughput = 0;
-  for (const auto& t : result.threads) {
-    throughput += static_cast<double>(t.latencies_us.size()) / t.busy_seconds;
-  }
+  const auto runs = static_cast<int64_t>(all.size());
+  const double mean =
+      runs ? std::accumulate(all.begin(), all.end(), 0.0) / static_cast<double>(runs) : std::nan("");
   std::ostringstream out;
-  out << std::setprecision(6);
   out << "{\"iterations\": " << result.options.iterations << ", \"warmup\": " << result.options.warmup
       << ", \"threads\": " << result.options.threads
-      << ", \"intra_op_threads\": " << result.intra_op_threads << ", \"malloc\": \"" << malloc_policy
-      << "\", \"p50_us\": " << percentile(all, 50) << ", \"p90_us\": " << percentile(all, 90)
-      << ", \"p99_us\": " << percentile(all, 99) << ", \"mean_us\": "
-      << std::accumulate(all.begin(), all.end(), 0.0) / runs
-      << ", \"throughput_per_s\": " << throughput << ", \"wall_seconds\": " << result.wall_seconds
-      << ", \"floor_p50_us\": " << percentile(result.floor_latencies_us, 50)
-      << ", \"floor_p90_us\": " << percentile(result.floor_latencies_us, 90)
-      << ", \"floor_p99_us\": " << percentile(result.floor_latencies_us, 99)
+      << ", \"intra_op_threads\": " << result.intra_op_threads
+      << ", \"pinned\": " << (result.options.pin_threads ? "true" : "false") << ", \"malloc\": \""
+      << malloc_policy << "\", \"p50_us\": " << json_number(percentile(all, 50))
+      << ", \"p90_us\": " << json_number(percentile(all, 90))
+      << ", \"p99_us\": " << json_number(percentile(all, 99)) << ", \"mean_us\": " << json_number(mean)
+      << ", \"throughput_per_s\": " << json_number(serving_throughput(result))
+      << ", \"wall_seconds\": " << json_number(result.wall_seconds)
+      << ", \"floor_p50_us\": " << json_number(percentile(result.floor_latencies_us, 50))
+      << ", \"floor_p90_us\": " << json_number(percentile(result.floor_latencies_us, 90))
+      << ", \"floor_p99_us\": " << json_number(percentile(result.floor_latencies_us, 99))
       << ", \"per_thread_p50_us\": [";
   for (size_t t = 0; t < result.threads.size(); ++t) {
-    out << (t ? ", " : "") << percentile(result.threads[t].latencies_us, 50);
+    out << (t ? ", " : "") << json_number(percentile(result.threads[t].latencies_us, 50));
   }
-  out << "], \"outputs_checked\": " << static_cast<int64_t>(runs)
-      << ", \"mismatched_outputs\": " << result.mismatched_outputs
-      << ", \"rss_start_kib\": " << result.rss_start_kib << ", \"rss_end_kib\": " << result.rss_end_kib
-      << "}";
+  out << "], \"outputs_checked\": " << runs << ", \"mismatched_outputs\": " << result.mismatched_outputs
+      << ", \"minor_page_faults\": " << result.minor_page_faults
+      << ", \"rss_start_kib\": " << result.rss_start_kib
+      << ", \"rss_after_warmup_kib\": " << result.rss_after_warmup_kib
+      << ", \"rss_end_kib\": " << result.rss_end_kib << "}";
   return out.str();
 }
 

@@ -34,7 +34,6 @@ struct BenchOptions {
 
 struct ThreadStats {
   std::vector<double> latencies_us;  // one per timed run, in run order
-  double busy_seconds = 0;           // the sum of the latencies
 };
 
 struct BenchResult {
@@ -46,7 +45,9 @@ struct BenchResult {
   double wall_seconds = 0;           // first timed run start to last timed run end
   std::vector<ThreadStats> threads;
   int64_t mismatched_outputs = 0;    // runs whose outputs' bits differ from the first run's
-  int64_t rss_start_kib = 0;
+  int64_t minor_page_faults = 0;     // in the timed runs, all threads (getrusage)
+  int64_t rss_start_kib = 0;         // before the package loads
+  int64_t rss_after_warmup_kib = 0;  // every thread warmed up: growth from here is the leak check
   int64_t rss_end_kib = 0;
   std::vector<at::Tensor> reference_outputs;  // the first run's, which every run must match
 };
@@ -56,6 +57,10 @@ struct BenchResult {
 // compares each run's output bits with the reference (outside the timed region).
 BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>& inputs,
                           const BenchOptions& options);
+
+// Serving throughput: all timed runs over the wall time of the timed region (which
+// also holds the bit checks between runs, in every thread alike).
+double serving_throughput(const BenchResult& result);
 
 // p in [0, 100] of a list of latencies (nearest rank).
 double percentile(std::vector<double> values, double p);

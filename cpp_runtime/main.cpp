@@ -182,10 +182,7 @@ void print_bench(const aoti_runner::BenchResult& result, const std::string& allo
   for (const auto& t : result.threads) {
     all.insert(all.end(), t.latencies_us.begin(), t.latencies_us.end());
   }
-  double throughput = 0;
-  for (const auto& t : result.threads) {
-    throughput += static_cast<double>(t.latencies_us.size()) / t.busy_seconds;
-  }
+  const double throughput = aoti_runner::serving_throughput(result);
   std::cout << std::fixed << std::setprecision(1);
   std::cout << "bench: " << result.options.threads << " serving thread(s) x "
             << result.options.iterations << " timed runs (after " << result.options.warmup
@@ -197,15 +194,19 @@ void print_bench(const aoti_runner::BenchResult& result, const std::string& allo
     std::cout << "bench: thread " << t << " p50 " << percentile(result.threads[t].latencies_us, 50)
               << " us\n";
   }
-  std::cout << "bench: throughput " << throughput << " runs/s\n";
+  std::cout << "bench: throughput " << throughput
+            << " runs/s (all timed runs over the wall time of the timed region)\n";
   const auto floor = percentile(result.floor_latencies_us, 50);
   std::cout << "bench: floor (4 copy_ into existing buffers, this process) p50 " << floor
             << " us; package p50 / floor = " << std::setprecision(2) << percentile(all, 50) / floor
             << std::setprecision(1) << "\n";
   std::cout << "bench: outputs checked " << all.size() << ", bits differ from the first run in "
             << result.mismatched_outputs << "\n";
-  std::cout << "bench: RSS " << result.rss_start_kib << " KiB at start, " << result.rss_end_kib
-            << " KiB at end\n";
+  std::cout << "bench: page faults in the timed runs: " << result.minor_page_faults << "\n";
+  std::cout << "bench: RSS " << result.rss_start_kib << " KiB at start (before loading), "
+            << result.rss_after_warmup_kib << " KiB after warm-up, " << result.rss_end_kib
+            << " KiB at end (" << std::showpos << result.rss_end_kib - result.rss_after_warmup_kib
+            << std::noshowpos << " KiB over the timed runs)\n";
   std::cout.unsetf(std::ios::floatfield);
 }
 

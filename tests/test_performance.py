@@ -99,6 +99,39 @@ def test_rewrite_is_applied_only_where_the_probe_shows_the_same_bits(op_library,
             assert _same_bits(program.module()(x), model(x))
 
 
+class _ScaleConv(torch.nn.Module):
+    """One pointwise depthwise conv with the given per-channel weights, as the output."""
+
+    def __init__(self, weights: list[float]) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(len(weights), len(weights), 1, groups=len(weights), bias=False)
+        with torch.no_grad():
+            self.conv.weight.copy_(torch.tensor(weights).view(-1, 1, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x)
+
+
+@pytest.mark.parametrize("weights", [[1.0] * 8, [1.0] * 7 + [-0.5], [0.37, -1.5, 2.0, -0.001, 3e-39, 1.0, -1.0, 0.5]])
+def test_optimized_program_keeps_eager_bits_for_any_weights(weights):
+    """Whatever the probe decides, the program after optimize_program gives eager's
+    bits on special values in every channel (the conv may fuse multiply and add,
+    which a multiply-plus-zero does not, where a product rounds to zero)."""
+    model = _ScaleConv(weights).eval()
+    with torch.no_grad():
+        program = torch.export.export(model, (torch.randn(2, len(weights), 8, 16),), strict=False)
+    report = optimize_program(program)
+    assert len(report.lowered) + len(report.kept) == 1
+    # The conv was the graph output: the signature names the node that replaced it.
+    (output_spec,) = program.graph_signature.output_specs
+    assert output_spec.arg.name in {node.name for node in program.graph.nodes}
+    x = torch.stack([special_values((2, 8, 16), torch.float32, seed=100 + c) for c in range(len(weights))], dim=1)
+    with torch.no_grad():
+        assert _same_bits(program.module()(x), model(x))
+    if weights == [1.0] * 8:
+        assert report.lowered, report.summary()
+
+
 def test_a_bare_multiply_would_change_special_values():
     """Why the rewrite adds + 0.0: without it, -0.0 would survive where the conv
     makes +0.0, and the probe must (and does) see the difference."""
@@ -117,8 +150,9 @@ def test_runner_bench_checks_every_output_from_two_threads(compiled_package, bui
     result = run_cmd(build.runner, compiled_package.path, op_library, "--inputs", compiled_package.input_file,
                      "--bench", "25", "--warmup", "2", "--threads", "2", "--pin-threads", "--bench-json", out)
     assert result.returncode == 0, result.stdout + result.stderr
-    data = json.loads(out.read_text())
-    assert data["threads"] == 2 and data["iterations"] == 25 and data["intra_op_threads"] >= 1
+    data = json.loads(out.read_text(), parse_constant=lambda constant: pytest.fail(f"not JSON: {constant}"))
+    assert data["threads"] == 2 and data["pinned"] is True
+    assert data["minor_page_faults"] >= 0 and data["rss_after_warmup_kib"] > 0 and data["iterations"] == 25 and data["intra_op_threads"] >= 1
     assert data["outputs_checked"] == 50 and data["mismatched_outputs"] == 0
     assert data["p50_us"] <= data["p90_us"] <= data["p99_us"] and len(data["per_thread_p50_us"]) == 2
     assert data["floor_p50_us"] > 0 and data["throughput_per_s"] > 0 and data["malloc"] == "retain"
@@ -158,7 +192,10 @@ def test_benchmark_tiny_run_writes_json_markdown_and_png(build, op_library, tmp_
         "--sizes", "1x3x16x16", "--iterations", "0.02", "--bandwidth-mb", "2", "--output-dir", str(tmp_path),
         "--runner", str(build.runner), "--op-lib", str(op_library)])
     assert result.exit_code == 0, result.output
-    data = json.loads((tmp_path / "bench.json").read_text())
+    def reject(constant: str) -> None:
+        raise AssertionError(f"bench.json holds {constant}, which is not JSON")
+
+    data = json.loads((tmp_path / "bench.json").read_text(), parse_constant=reject)
     (size,) = data["sizes"]
     assert size["shape"] == [1, 3, 16, 16]
     assert set(size["latencies"]) == {"eager", "torch.compile", "AOTI-Python", "AOTI-C++", "floor: 4 copies"}
@@ -198,7 +235,19 @@ def test_cache_key_changes_with_each_component(op_library, tmp_path, monkeypatch
     with torch.no_grad():
         changed.layer4.weight.fill_(2.0)
     assert _key(changed) != base, "model state"
-    assert _key(IdentityModel(4).eval()) != base, "torchbind state and weights"
+    other_class = IdentityModel(3).eval()
+    other_class.layer2 = torch.classes.my_ops.IdentityConvClass(5)
+    assert _key(other_class) != base, "torchbind state"
+    buffered = IdentityModel(3).eval()
+    buffered.register_buffer("offset", torch.zeros(3), persistent=False)
+    with_buffer = _key(buffered)
+    buffered.offset.fill_(1.0)
+    assert with_buffer != base and _key(buffered) != with_buffer, "non-persistent buffer"
+    constant = IdentityModel(3).eval()
+    constant.scale = torch.ones(3)  # a plain tensor attribute: export lifts it as a constant
+    with_constant = _key(constant)
+    constant.scale = torch.full((3,), 2.0)
+    assert with_constant != base and _key(constant) != with_constant, "tensor constant"
     assert _key(model, example_inputs=[torch.zeros(2, 3, 4, 5)]) != base, "shapes"
     assert _key(model, example_inputs=[torch.zeros(2, 3, 4, 4, dtype=torch.float64)]) != base, "dtype"
     assert _key(model, options={"device": "cuda", "optimize": True}) != base, "device"
@@ -218,6 +267,11 @@ def test_cache_key_changes_with_each_component(op_library, tmp_path, monkeypatch
     with_source = _key(model, source_modules=["user_model_for_key"])
     source.write_text("X = 2\n")
     assert _key(model, source_modules=["user_model_for_key"]) != with_source, "model source"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    assert _key(model) == base, "a cache location changes no code"
+    monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE", "1")
+    assert _key(model) != base, "Inductor settings"
+    monkeypatch.delenv("TORCHINDUCTOR_MAX_AUTOTUNE")
     monkeypatch.setattr(torch, "__version__", "0.0.0-test")
     assert _key(model) != base, "torch version"
 

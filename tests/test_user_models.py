@@ -42,17 +42,20 @@ def _export(args: list[str]) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+def _export_model_package(out: Path, args: list[str]) -> UserPackage:
+    """export_compile of a native-ops model with a saved reference. At the default
+    --max-ulp 0, exit 1 only says the bits differ from eager: the package is written."""
+    code, output = _export(args + ["--save-reference", str(out / "ref"), "--output", str(out / "model.pt2")])
+    assert code in (0, 1) and (out / "model.pt2").is_file(), output
+    return UserPackage(out / "model.pt2", out / "ref", code, output)
+
+
 @pytest.fixture(scope="session")
 def scale_shift(tmp_path_factory: pytest.TempPathFactory, op_library: Path) -> UserPackage:
     """Two inputs, two outputs, batch dynamic in 1..64, native ops only: no op library."""
-    out = tmp_path_factory.mktemp("scale_shift")
-    code, output = _export([
+    return _export_model_package(tmp_path_factory.mktemp("scale_shift"), [
         "--model", "examples.user_models:scale_shift_model", "--input-shape", "4,16", "--input-shape", "16",
-        "--dynamic-dim", "0.0=1:64", "--save-reference", str(out / "ref"), "--output", str(out / "model.pt2"),
-    ])
-    # At the default --max-ulp 0, exit 1 means only that the bits differ from eager.
-    assert code in (0, 1) and (out / "model.pt2").is_file(), output
-    return UserPackage(out / "model.pt2", out / "ref", code, output)
+        "--dynamic-dim", "0.0=1:64"])
 
 
 @pytest.fixture(scope="session")
@@ -388,13 +391,9 @@ def test_ulp_reports_agree_between_runtimes_in_every_dtype(parity_matrix, build,
 @pytest.fixture(scope="session")
 def pair(tmp_path_factory: pytest.TempPathFactory, op_library: Path) -> UserPackage:
     """Two inputs sharing one dynamic batch, a dict output holding a list."""
-    out = tmp_path_factory.mktemp("pair")
-    code, output = _export([
+    return _export_model_package(tmp_path_factory.mktemp("pair"), [
         "--model", "examples.user_models:pair_model", "--input-shape", "3,5", "--input-shape", "3,5",
-        "--dynamic-dim", "0.0,1.0=1:32", "--save-reference", str(out / "ref"), "--output", str(out / "model.pt2"),
-    ])
-    assert code in (0, 1) and (out / "model.pt2").is_file(), output
-    return UserPackage(out / "model.pt2", out / "ref", code, output)
+        "--dynamic-dim", "0.0,1.0=1:32"])
 
 
 def test_shared_dynamic_dim_and_nested_outputs_in_both_runtimes(pair, build, tmp_path):

@@ -8,6 +8,7 @@ threads. Stage functions only: the ``benchmark`` CLI prints, tables and plots.""
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import subprocess
@@ -277,9 +278,20 @@ def run_benchmark(
     return report
 
 
+def _finite_or_none(value: object) -> object:
+    """JSON has no NaN or infinity: such numbers become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(item) for item in value]
+    return value
+
+
 def write_json(report: BenchReport, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    path.write_text(json.dumps(_finite_or_none(report.to_json()), indent=2, allow_nan=False) + "\n")
     return path
 
 

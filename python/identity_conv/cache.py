@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import os
+import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -25,38 +27,63 @@ def _file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _package_files(module_name: str) -> set[Path]:
+    """Every Python file of the top-level package that holds ``module_name`` (a
+    forward may call helpers anywhere in it), or the module's own file."""
+    top = sys.modules.get(module_name.split(".")[0])
+    locations = list(getattr(top, "__path__", []) or [])
+    if locations:
+        return {path.resolve() for location in locations for path in Path(location).rglob("*.py")}
+    file = getattr(sys.modules.get(module_name), "__file__", None)
+    return {Path(file).resolve()} if file else set()
+
+
 def _source_files(model: nn.Module, modules: Iterable[str]) -> list[Path]:
-    """The toolkit's own sources, the files that define the model's classes (its
-    own and its submodules'), and the given modules' files."""
+    """The toolkit's own sources, and the sources of the packages that define the
+    model's classes (its own and its submodules') and of the given modules."""
     files = set(_TOOLKIT_DIR.rglob("*.py"))
+    names = set(modules)
     for module in model.modules():
-        try:
-            source = inspect.getsourcefile(type(module))
-        except TypeError:  # a class with no Python source (e.g. built in)
-            continue
-        if source:
-            files.add(Path(source).resolve())
-    for name in modules:
-        file = getattr(sys.modules.get(name), "__file__", None)
-        if file:
-            files.add(Path(file).resolve())
+        names.add(type(module).__module__)
+    for name in names:
+        if name in sys.modules and not name.startswith("torch."):
+            files |= _package_files(name)
     return sorted(files)
 
 
+def _tensor_digest(digest: "hashlib._Hash", name: str, tensor: torch.Tensor) -> None:
+    tensor = tensor.detach().cpu().contiguous()
+    digest.update(f"{name}:{tensor.dtype}:{list(tensor.shape)}".encode())
+    digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+
+
 def _state_digest(model: nn.Module) -> str:
-    """Parameters and buffers (names, dtypes, shapes, bytes), plus the flattened state
-    of torchbind objects the model holds."""
+    """Parameters, buffers (persistent or not), plain tensor attributes (export lifts
+    them as constants), and the flattened state of torchbind objects."""
     digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict(keep_vars=False).items()):
-        tensor = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}:{tensor.dtype}:{list(tensor.shape)}".encode())
-        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    for name, tensor in model.named_parameters():
+        _tensor_digest(digest, f"param {name}", tensor)
+    for name, tensor in model.named_buffers():
+        _tensor_digest(digest, f"buffer {name}", tensor)
     for path, module in model.named_modules():
         for attribute, value in sorted(vars(module).items()):
-            if isinstance(value, torch.ScriptObject):
+            if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
+                _tensor_digest(digest, f"attribute {path}.{attribute}", value)
+            elif isinstance(value, torch.ScriptObject):
                 flat = value.__obj_flatten__() if hasattr(value, "__obj_flatten__") else repr(value)
                 digest.update(f"{path}.{attribute}={flat!r}".encode())
     return digest.hexdigest()
+
+
+def _compiler_identity() -> str:
+    """The C++ compiler Inductor compiles with by default ($CXX, else g++), and its
+    version. (Asking Inductor itself would import it: seconds on a cache hit.)"""
+    compiler = os.environ.get("CXX") or "g++"
+    try:
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as error:  # a missing compiler fails the compile later
+        return f"{compiler}: unknown ({type(error).__name__})"
+    return f"{compiler}: {version.splitlines()[0] if version else ''}"
 
 
 def cache_key(
@@ -71,7 +98,8 @@ def cache_key(
     """A hex digest of everything that affects a package.
 
     Args:
-        model: the module to export (its class sources and its state).
+        model: the module to export (the sources of the packages that define its
+            classes, and its state).
         example_inputs: shapes, dtypes and devices of the example inputs.
         traced_inputs: the inputs torch.export traces with.
         library_paths: op library files (their content).
@@ -79,13 +107,21 @@ def cache_key(
         options: the build options that change the package or its verification
             (device, dtype, dynamic dims, optimize, ...), JSON-serialisable via str.
         cpu_flags: the compile host's instruction-set flags (AOTI uses -march=native).
+
+    Also counted: the torch version, the TORCHINDUCTOR_* and AOT_INDUCTOR_*
+    environment variables (but cache locations) and the C++ compiler's version.
     """
     parts = {
         "format": 1,
         "torch": torch.__version__,
         "sources": {str(path): _file_digest(path) for path in _source_files(model, source_modules)},
         "state": _state_digest(model),
-        "libraries": {Path(path).name: _file_digest(Path(path)) for path in sorted(map(str, library_paths))},
+        "libraries": {str(Path(path).resolve()): _file_digest(Path(path)) for path in library_paths},
+        # Cache locations change no code (and Inductor sets TORCHINDUCTOR_CACHE_DIR itself).
+        "environment": {
+            k: v for k, v in os.environ.items() if k.startswith(("TORCHINDUCTOR_", "AOT_INDUCTOR_")) and "CACHE" not in k
+        },
+        "compiler": _compiler_identity(),
         "inputs": [[list(x.shape), str(x.dtype), str(x.device)] for x in example_inputs],
         "traced": [list(x.shape) for x in traced_inputs],
         "options": options,

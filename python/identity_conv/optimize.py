@@ -5,11 +5,14 @@ turns them off). Each is general, for any model, and keeps eager's bits.
   channel per group), with no bias, stride 1, no padding and dilation 1 is a
   per-channel scale. Inductor would wrap it in NCHW<->NHWC layout conversions around
   a mkldnn call; as ``x * w.view(1, C, 1, 1) + 0.0`` it becomes one fused loop. The
-  ``+ 0.0`` keeps the conv's bits where a bare multiply would not: the conv
-  accumulates from +0.0, so a -0.0 product comes out as +0.0. Each rewrite is probed
-  first, in eager on this host, with special values (NaN payloads, +-0, +-inf,
-  subnormals) and random bit patterns against the real weight; a conv whose probe
-  differs by a single bit is kept (bfloat16 convs flush subnormals, for one).
+  ``+ 0.0`` keeps the conv's bits where a bare multiply would not: with a weight of
+  1, the conv turns a -0.0 input into +0.0. The conv is not always a multiply plus
+  zero, though (it may fuse the multiply and the add, which differs where a product
+  rounds to zero), so each rewrite is probed first, in eager on this host, against
+  the real weight: every channel sees special values (NaN payloads, +-0, +-inf,
+  subnormals) and random bit patterns, and a conv whose probe differs by a single
+  bit is kept. So are bfloat16 convs (they flush subnormals) and convs of packages
+  for other devices than the CPU (the probe runs on the CPU).
 """
 
 from __future__ import annotations
@@ -81,12 +84,15 @@ def _weight_value(program: torch.export.ExportedProgram, weight: torch.fx.Node) 
 
 def _probe_differences(weight: torch.Tensor, channels: int) -> int:
     """How many elements differ between the conv and its rewrite on a probe of
-    special values and random bits (0: the rewrite keeps every bit)."""
+    special values and random bits in every channel (0: the rewrite keeps every
+    bit)."""
     dtype = weight.dtype
     if dtype not in INT_TWIN:
         return -1
     weight = weight.detach().cpu()
-    probe = special_values((4, channels, 8, 16), dtype)
+    # Each channel its own block of special values and random bits, so every weight
+    # meets every special value.
+    probe = torch.stack([special_values((4, 8, 16), dtype, seed=c) for c in range(channels)], dim=1)
     with torch.no_grad():
         conv = torch.nn.functional.conv2d(probe, weight, groups=channels)
         rewrite = _aten.add.Tensor(_aten.mul.Tensor(probe, weight.view(1, channels, 1, 1)), 0.0)
@@ -103,6 +109,9 @@ def _lower_pointwise_convs(program: torch.export.ExportedProgram, report: Optimi
         x, weight, channels = matched
         value = _weight_value(program, weight)
         dtype = str(x.meta["val"].dtype).removeprefix("torch.")
+        if x.meta["val"].device.type != "cpu":
+            report.kept.append(f"{node.name} ({dtype}): on {x.meta['val'].device.type}, and the probe runs on the CPU")
+            continue
         if value is None:
             report.kept.append(f"{node.name} ({dtype}): its weight is not a parameter, buffer or constant")
             continue
@@ -124,8 +133,14 @@ def _lower_pointwise_convs(program: torch.export.ExportedProgram, report: Optimi
             for key in ("stack_trace", "nn_module_stack"):
                 if key in node.meta:
                     new.meta[key] = node.meta[key]
+        name = node.name
         node.replace_all_uses_with(add)
         graph.erase_node(node)
-        report.lowered.append(f"{node.name} ({dtype})")
+        # A conv that was a graph output keeps its place in the program's signature.
+        for spec in program.graph_signature.output_specs:
+            if getattr(spec.arg, "name", None) == name:
+                spec.arg = type(spec.arg)(name=add.name)
+        report.lowered.append(f"{name} ({dtype})")
     graph.lint()
     program.graph_module.recompile()
+    program.validate()
