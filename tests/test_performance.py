@@ -58,7 +58,8 @@ def test_optimized_and_unoptimized_packages_keep_eager_bits_in_both_runtimes(
     compiled_package, unoptimized_package, build, op_library, tmp_path, kind
 ):
     """Both packages give eager's bits in Python and in C++, special values included:
-    the rewrite keeps the conv's -0.0 -> +0.0 (its + 0.0 does that) and NaN quieting."""
+    the rewrite keeps the conv's -0.0 -> +0.0 and NaN quieting (torch 2.14's Inductor
+    dropped an earlier form's `+ 0.0`; this test is what caught it)."""
     x = torch.randn(PACKAGE_SHAPE) if kind == "random" else special_values(PACKAGE_SHAPE, torch.float32)
     with torch.no_grad():
         eager = IdentityModel(PACKAGE_SHAPE[1]).eval()(x)
@@ -133,14 +134,16 @@ def test_optimized_program_keeps_eager_bits_for_any_weights(weights):
 
 
 def test_a_bare_multiply_would_change_special_values():
-    """Why the rewrite adds + 0.0: without it, -0.0 would survive where the conv
-    makes +0.0, and the probe must (and does) see the difference."""
+    """Why the rewrite maps zeros to +0.0: without it, -0.0 would survive where the
+    conv makes +0.0, and the probe must (and does) see the difference."""
+    from identity_conv.optimize import _positive_zero
+
     x = special_values((1, 3, 4, 4), torch.float32)
     weight = torch.ones(3, 1, 1, 1)
     conv = torch.nn.functional.conv2d(x, weight, groups=3)
     bare = x * weight.view(1, 3, 1, 1)
     assert not _same_bits(conv, bare)
-    assert _same_bits(conv, bare + 0.0)
+    assert _same_bits(conv, _positive_zero(bare))
 
 
 # --- the C++ runner's benchmark and serving modes ----------------------------------------

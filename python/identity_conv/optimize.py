@@ -4,11 +4,12 @@ turns them off). Each is general, for any model, and keeps eager's bits.
 - Pointwise convs to multiplies: a conv2d whose kernel is 1x1, depthwise (one
   channel per group), with no bias, stride 1, no padding and dilation 1 is a
   per-channel scale. Inductor would wrap it in NCHW<->NHWC layout conversions around
-  a mkldnn call; as ``x * w.view(1, C, 1, 1) + 0.0`` it becomes one fused loop. The
-  ``+ 0.0`` keeps the conv's bits where a bare multiply would not: with a weight of
-  1, the conv turns a -0.0 input into +0.0. The conv is not always a multiply plus
-  zero, though (it may fuse the multiply and the add, which differs where a product
-  rounds to zero), so each rewrite is probed first, in eager on this host, against
+  a mkldnn call; as ``m = x * w.view(1, C, 1, 1); where(m == 0, +0.0, m)`` it becomes
+  one fused loop. The ``where`` keeps the conv's bits where a bare multiply would
+  not: the conv accumulates from +0.0, so a -0.0 product comes out as +0.0. (Not as
+  ``m + 0.0``: Inductor may drop an addition of zero, as torch 2.14 does.) The conv is
+  not always that, though (it may fuse the multiply and the add, which differs where a
+  product rounds to zero), so each rewrite is probed first, in eager on this host, against
   the real weight: every channel sees special values (NaN payloads, +-0, +-inf,
   subnormals) and random bit patterns, and a conv whose probe differs by a single
   bit is kept. So are bfloat16 convs (they flush subnormals) and convs of packages
@@ -82,6 +83,11 @@ def _weight_value(program: torch.export.ExportedProgram, weight: torch.fx.Node) 
     return program.state_dict.get(name, program.constants.get(name))
 
 
+def _positive_zero(product: torch.Tensor) -> torch.Tensor:
+    """``product`` with -0.0 made +0.0, as a conv that accumulates from +0.0 gives it."""
+    return _aten.where.ScalarSelf(_aten.eq.Scalar(product, 0), 0.0, product)
+
+
 def _probe_differences(weight: torch.Tensor, channels: int) -> int:
     """How many elements differ between the conv and its rewrite on a probe of
     special values and random bits in every channel (0: the rewrite keeps every
@@ -95,7 +101,7 @@ def _probe_differences(weight: torch.Tensor, channels: int) -> int:
     probe = torch.stack([special_values((4, 8, 16), dtype, seed=c) for c in range(channels)], dim=1)
     with torch.no_grad():
         conv = torch.nn.functional.conv2d(probe, weight, groups=channels)
-        rewrite = _aten.add.Tensor(_aten.mul.Tensor(probe, weight.view(1, channels, 1, 1)), 0.0)
+        rewrite = _positive_zero(_aten.mul.Tensor(probe, weight.view(1, channels, 1, 1)))
     twin = INT_TWIN[dtype]
     return int((conv.view(twin) != rewrite.view(twin)).sum())
 
@@ -122,24 +128,26 @@ def _lower_pointwise_convs(program: torch.export.ExportedProgram, report: Optimi
         with graph.inserting_before(node):
             view = graph.call_function(_aten.view.default, (weight, [1, channels, 1, 1]))
             mul = graph.call_function(_aten.mul.Tensor, (x, view))
-            add = graph.call_function(_aten.add.Tensor, (mul, 0.0))
+            is_zero = graph.call_function(_aten.eq.Scalar, (mul, 0))
+            result = graph.call_function(_aten.where.ScalarSelf, (is_zero, 0.0, mul))
         # Fake values for the new nodes, from the originals', so later passes see shapes.
         fake_x, fake_w = x.meta["val"], weight.meta["val"]
         with fake_x.fake_mode:
             view.meta["val"] = fake_w.view(1, channels, 1, 1)
             mul.meta["val"] = fake_x * view.meta["val"]
-            add.meta["val"] = mul.meta["val"] + 0.0
-        for new in (view, mul, add):
+            is_zero.meta["val"] = _aten.eq.Scalar(mul.meta["val"], 0)
+            result.meta["val"] = _positive_zero(mul.meta["val"])
+        for new in (view, mul, is_zero, result):
             for key in ("stack_trace", "nn_module_stack"):
                 if key in node.meta:
                     new.meta[key] = node.meta[key]
         name = node.name
-        node.replace_all_uses_with(add)
+        node.replace_all_uses_with(result)
         graph.erase_node(node)
         # A conv that was a graph output keeps its place in the program's signature.
         for spec in program.graph_signature.output_specs:
             if getattr(spec.arg, "name", None) == name:
-                spec.arg = type(spec.arg)(name=add.name)
+                spec.arg = type(spec.arg)(name=result.name)
         report.lowered.append(f"{name} ({dtype})")
     graph.lint()
     program.graph_module.recompile()
