@@ -122,6 +122,17 @@ void pin_to_cpu(int t) {
   pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
 }
 
+// Below 1 MiB of input, one intra-op thread: the fork and join of a parallel region
+// across cores costs more than the split saves (and on a 2-vCPU VM it made latency
+// bimodal); above it, the cores are shared among the serving threads.
+int default_intra_op_threads(const std::vector<at::Tensor>& inputs, int cores, int threads) {
+  int64_t bytes = 0;
+  for (const auto& tensor : inputs) {
+    bytes += static_cast<int64_t>(tensor.nbytes());
+  }
+  return bytes < (int64_t{1} << 20) ? 1 : std::max(1, cores / threads);
+}
+
 int64_t thread_minor_faults() {
   struct rusage usage {};
   return getrusage(RUSAGE_THREAD, &usage) == 0 ? static_cast<int64_t>(usage.ru_minflt) : 0;
@@ -170,8 +181,9 @@ BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>
   BenchResult result;
   result.options = options;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  result.intra_op_threads =
-      options.intra_op_threads > 0 ? options.intra_op_threads : std::max(1, cores / options.threads);
+  result.intra_op_threads = options.intra_op_threads > 0
+                                ? options.intra_op_threads
+                                : default_intra_op_threads(inputs, cores, options.threads);
   result.rss_start_kib = resident_set_kib();
 
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;

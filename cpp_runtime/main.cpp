@@ -50,7 +50,8 @@ Benchmark (timing inside this process; outputs of every run are checked):
                          end (also --iterations N, e.g. 10000 for a soak run)
   --warmup N             untimed runs per thread first (default 50)
   --threads T            serve from T threads, one model instance each (default 1)
-  --intra-op-threads N   intra-op threads per serving thread (default: cores / T)
+  --intra-op-threads N   intra-op threads per serving thread (default: 1 below
+                         1 MiB of input, else cores / T)
   --bench-json FILE      also write the results as JSON
   --inspect              print what the package records (inputs, device, required
                          ops and classes, torch version, CPU ISA) and exit

@@ -14,6 +14,7 @@ import platform
 import subprocess
 import time
 from collections.abc import Callable
+from typing import TypeVar
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -66,6 +67,7 @@ class SizeResult:
     cpp_allocator: str
     cpp_intra_op_threads: int
     python_threads: int
+    cpp_page_faults: int  # minor page faults in the C++ runner's timed runs, all of them
 
     def ratio_to_floor(self, path: str) -> float:
         return self.latencies[path].p50 / self.latencies[FLOOR].p50
@@ -107,6 +109,7 @@ class BenchReport:
     torch_version: str
     iterations_scale: float
     optimize: bool
+    repeats: int
     sizes: list[SizeResult] = field(default_factory=list)
     serving: ServingResult | None = None
     bandwidth: BandwidthResult | None = None
@@ -150,6 +153,15 @@ def time_calls(fn: Callable[[], object], iterations: int, warmup: int) -> Latenc
         fn()
         samples.append((time.perf_counter_ns() - start) / 1e3)
     return Latency.of(samples)
+
+
+T = TypeVar("T")
+
+
+def _median_run(runs: list[T], key: Callable[[T], float]) -> T:
+    """The run whose ``key`` is the median (the lower one of an even count)."""
+    ordered = sorted(runs, key=key)
+    return ordered[(len(ordered) - 1) // 2]
 
 
 def parse_size(name: str) -> tuple[int, int, int, int]:
@@ -205,6 +217,7 @@ def run_benchmark(
     serving: bool = True,
     bandwidth_mb: float = 128.0,
     on_step: Callable[[str], None] | None = None,
+    repeats: int = 3,
 ) -> BenchReport:
     """Measure every path at every size in this one run.
 
@@ -218,6 +231,9 @@ def run_benchmark(
         serving: also measure the C++ runner's 2-thread throughput.
         bandwidth_mb: size of the kernel-vs-clone tensor (0: skip).
         on_step: called with each step's name as it starts.
+        repeats: the compiled paths (AOTI from Python and C++, the floor, serving) are
+            measured this many times; the run with the median p50 (or throughput) is
+            reported, whole, so one noisy run on a shared machine does not decide.
 
     Returns:
         The BenchReport; nothing is printed.
@@ -225,7 +241,9 @@ def run_benchmark(
     step = on_step or (lambda name: None)
     library = load_op_library(op_lib)
     work_dir.mkdir(parents=True, exist_ok=True)
-    report = BenchReport(machine_facts(), torch.__version__, iterations_scale, optimize)
+    if repeats < 1:
+        raise IdentityConvError(f"--repeats must be >= 1, got {repeats}")
+    report = BenchReport(machine_facts(), torch.__version__, iterations_scale, optimize, repeats)
     for name in sizes:
         shape = parse_size(name)
         iterations = max(3, int(BASE_ITERATIONS.get(name, 200) * iterations_scale))
@@ -248,13 +266,20 @@ def run_benchmark(
             latencies["torch.compile"] = time_calls(lambda: compiled(x), iterations, warmup)
             step(f"{name}: AOTI-Python")
             package = torch._inductor.aoti_load_package(str(package_path))
-            latencies["AOTI-Python"] = time_calls(lambda: package(x), iterations, warmup)
+            latencies["AOTI-Python"] = _median_run(
+                [time_calls(lambda: package(x), iterations, warmup) for _ in range(repeats)], lambda r: r.p50
+            )
         step(f"{name}: AOTI-C++ and the floor")
-        cpp = run_cpp_bench(runner, package_path, library, inputs, iterations, warmup, work_dir)
+        cpp = _median_run(
+            [run_cpp_bench(runner, package_path, library, inputs, iterations, warmup, work_dir)
+             for _ in range(repeats)],
+            lambda r: float(r["p50_us"]),
+        )
         latencies["AOTI-C++"] = Latency(cpp["p50_us"], cpp["p90_us"], cpp["p99_us"], int(cpp["outputs_checked"]))
         latencies[FLOOR] = Latency(cpp["floor_p50_us"], cpp["floor_p90_us"], cpp["floor_p99_us"], iterations)
         report.sizes.append(SizeResult(name, shape, x.numel() * 4 / 1e6, {p: latencies[p] for p in PATHS},
-                                       str(cpp["malloc"]), int(cpp["intra_op_threads"]), torch.get_num_threads()))
+                                       str(cpp["malloc"]), int(cpp["intra_op_threads"]), torch.get_num_threads(),
+                                       int(cpp["minor_page_faults"])))
         torch._dynamo.reset()  # each size compiles afresh, not into dynamo's recompile limit
     if serving and report.sizes:
         smallest = report.sizes[0]
@@ -262,10 +287,12 @@ def run_benchmark(
         package_path = work_dir / f"model_{smallest.name}.pt2"
         inputs = work_dir / f"input_{smallest.name}.pt"
         iterations = max(3, int(4 * BASE_ITERATIONS.get(smallest.name, 200) * iterations_scale))
-        one = run_cpp_bench(runner, package_path, library, inputs, iterations, iterations // 10 + 1, work_dir,
-                            threads=1, intra_op_threads=1)
-        two = run_cpp_bench(runner, package_path, library, inputs, iterations, iterations // 10 + 1, work_dir,
-                            threads=2, intra_op_threads=1)
+        def serve(threads: int) -> dict[str, object]:
+            runs = [run_cpp_bench(runner, package_path, library, inputs, iterations, iterations // 10 + 1,
+                                  work_dir, threads=threads, intra_op_threads=1) for _ in range(repeats)]
+            return _median_run(runs, lambda r: float(r["throughput_per_s"]))
+
+        one, two = serve(1), serve(2)
         report.serving = ServingResult(
             smallest.shape, float(one["throughput_per_s"]), float(two["throughput_per_s"]),
             [float(v) for v in two["per_thread_p50_us"]], int(two["mismatched_outputs"]),
