@@ -199,11 +199,19 @@ def run_cpp_bench(
 
 def kernel_bandwidth(megabytes: float, iterations: int, warmup: int) -> BandwidthResult:
     """GB/s (bytes read + written) of identity_conv_op and of clone() on a float32
-    tensor of ``megabytes``, each allocating its output as it would in a model."""
+    tensor of ``megabytes``, each allocating its output as it would in a model. The
+    two calls alternate, so both see the same state of the machine."""
     x = torch.randn(int(megabytes * 1e6 / 4))
     nbytes = 2 * x.numel() * x.element_size()
-    kernel = time_calls(lambda: torch.ops.my_ops.identity_conv_op(x), iterations, warmup)
-    clone = time_calls(lambda: x.clone(), iterations, warmup)
+    calls = {"kernel": lambda: torch.ops.my_ops.identity_conv_op(x), "clone": lambda: x.clone()}
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for i in range(warmup + iterations):
+        for name, call in calls.items():
+            start = time.perf_counter_ns()
+            call()
+            if i >= warmup:
+                samples[name].append((time.perf_counter_ns() - start) / 1e3)
+    kernel, clone = Latency.of(samples["kernel"]), Latency.of(samples["clone"])
     return BandwidthResult(x.numel() * 4 / 1e6, nbytes / kernel.p50 / 1e3, nbytes / clone.p50 / 1e3)
 
 
@@ -264,17 +272,15 @@ def run_benchmark(
             compiled = torch.compile(model, fullgraph=True, dynamic=False)
             compiled(x)
             latencies["torch.compile"] = time_calls(lambda: compiled(x), iterations, warmup)
-            step(f"{name}: AOTI-Python")
+            step(f"{name}: AOTI-Python and AOTI-C++ (with the floor), alternating")
             package = torch._inductor.aoti_load_package(str(package_path))
-            latencies["AOTI-Python"] = _median_run(
-                [time_calls(lambda: package(x), iterations, warmup) for _ in range(repeats)], lambda r: r.p50
-            )
-        step(f"{name}: AOTI-C++ and the floor")
-        cpp = _median_run(
-            [run_cpp_bench(runner, package_path, library, inputs, iterations, warmup, work_dir)
-             for _ in range(repeats)],
-            lambda r: float(r["p50_us"]),
-        )
+            # Alternated, so a slow phase of a shared host weighs on both alike.
+            python_runs, cpp_runs = [], []
+            for _ in range(repeats):
+                python_runs.append(time_calls(lambda: package(x), iterations, warmup))
+                cpp_runs.append(run_cpp_bench(runner, package_path, library, inputs, iterations, warmup, work_dir))
+            latencies["AOTI-Python"] = _median_run(python_runs, lambda r: r.p50)
+        cpp = _median_run(cpp_runs, lambda r: float(r["p50_us"]))
         latencies["AOTI-C++"] = Latency(cpp["p50_us"], cpp["p90_us"], cpp["p99_us"], int(cpp["outputs_checked"]))
         latencies[FLOOR] = Latency(cpp["floor_p50_us"], cpp["floor_p90_us"], cpp["floor_p99_us"], iterations)
         report.sizes.append(SizeResult(name, shape, x.numel() * 4 / 1e6, {p: latencies[p] for p in PATHS},
@@ -287,12 +293,13 @@ def run_benchmark(
         package_path = work_dir / f"model_{smallest.name}.pt2"
         inputs = work_dir / f"input_{smallest.name}.pt"
         iterations = max(3, int(4 * BASE_ITERATIONS.get(smallest.name, 200) * iterations_scale))
-        def serve(threads: int) -> dict[str, object]:
-            runs = [run_cpp_bench(runner, package_path, library, inputs, iterations, iterations // 10 + 1,
-                                  work_dir, threads=threads, intra_op_threads=1) for _ in range(repeats)]
-            return _median_run(runs, lambda r: float(r["throughput_per_s"]))
-
-        one, two = serve(1), serve(2)
+        runs: dict[int, list[dict[str, object]]] = {1: [], 2: []}
+        for _ in range(repeats):  # alternated, like the latency runs
+            for threads in runs:
+                runs[threads].append(run_cpp_bench(runner, package_path, library, inputs, iterations,
+                                                   iterations // 10 + 1, work_dir, threads=threads,
+                                                   intra_op_threads=1))
+        one, two = (_median_run(runs[t], lambda r: float(r["throughput_per_s"])) for t in (1, 2))
         report.serving = ServingResult(
             smallest.shape, float(one["throughput_per_s"]), float(two["throughput_per_s"]),
             [float(v) for v in two["per_thread_p50_us"]], int(two["mismatched_outputs"]),

@@ -59,7 +59,7 @@ def benchmark(
     op_lib: OpLibOption = None,
 ) -> None:
     names = [name.strip() for name in sizes.split(",") if name.strip()]
-    steps = 5 * len(names) + int(serving) + int(bandwidth_mb > 0)
+    steps = 4 * len(names) + int(serving) + int(bandwidth_mb > 0)
     try:
         require_runner(runner)
         with step_progress(steps) as on_step:
