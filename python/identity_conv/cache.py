@@ -5,7 +5,6 @@ from the same inputs instead of exporting and compiling again."""
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import os
 import subprocess

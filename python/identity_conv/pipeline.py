@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-
 from torch import nn
 
 from .cache import cache_key
