@@ -61,7 +61,25 @@ void identity_conv_out_autograd(const at::Tensor& x, const at::Tensor& out) {
   op.call(x, out);
 }
 
+// IdentityConvClass.forward as a stateless op over the class's flattened state. A
+// stateful object has no place in an ONNX graph, so the ONNX export routes each
+// call of the class's forward through this op, with `channels` as an argument
+// (and, in the my_ops ONNX domain, as a node attribute). It runs the class's own
+// forward, so its checks and bits are the class's. The kernel redispatches by the
+// input's device, so one function serves the CPU and CUDA keys.
+at::Tensor identity_conv_class_forward(const at::Tensor& x, int64_t channels) {
+  return IdentityConvClass(channels).forward(x);
+}
+
 }  // namespace identity_conv
+
+TORCH_LIBRARY_IMPL(my_ops, CPU, m) {
+  m.impl("identity_conv_class_forward", &identity_conv::identity_conv_class_forward);
+}
+
+TORCH_LIBRARY_IMPL(my_ops, CUDA, m) {
+  m.impl("identity_conv_class_forward", &identity_conv::identity_conv_class_forward);
+}
 
 TORCH_LIBRARY_IMPL(my_ops, Autograd, m) {
   m.impl("identity_conv_op_out", &identity_conv::identity_conv_out_autograd);
@@ -75,6 +93,9 @@ TORCH_LIBRARY(my_ops, m) {
 
   // Writes exactly the bits of x into out (same shape and dtype, any strides).
   m.def("identity_conv_op_out(Tensor x, Tensor(a!) out) -> ()");
+
+  // IdentityConvClass(channels).forward(x) as an op: the class's route into ONNX.
+  m.def("identity_conv_class_forward(Tensor x, int channels) -> Tensor");
 
   // Stateful identity layer holding `channels`; forward checks dim 1 then copies bits.
   m.class_<IdentityConvClass>("IdentityConvClass")

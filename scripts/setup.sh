@@ -5,7 +5,9 @@
 # A second run reuses the venv and the build folder and only rebuilds what changed.
 #
 # Environment: TORCH_SPEC (default torch==2.13.0, a CPU build), VENV (.venv),
-# BUILD_DIR (build), PYTHON (python3, used to create the venv).
+# BUILD_DIR (build), PYTHON (python3, used to create the venv), EXTRAS (the
+# package's optional extras to install, default test,build,bench; add onnx for the
+# ONNX target).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,6 +17,7 @@ VENV="$(abs_path "${VENV:-$ROOT/.venv}")"
 BUILD_DIR="$(abs_path "${BUILD_DIR:-$ROOT/build}")"
 TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
 PYTHON="${PYTHON:-python3}"
+EXTRAS="${EXTRAS:-test,build,bench}"
 
 step() { printf '\n==> %s\n' "$*"; }
 
@@ -27,14 +30,14 @@ PIP=("$VENV/bin/python" -m pip)
 
 # The install stamp records what was installed, so a second run skips pip.
 stamp="$VENV/.identity_conv_installed"
-want="$TORCH_SPEC $(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
+want="$TORCH_SPEC [$EXTRAS] $(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
   step "installing $TORCH_SPEC"
   "${PIP[@]}" install --quiet "$TORCH_SPEC"
-  step "installing the identity_conv package (editable) with test, build and bench tools"
+  step "installing the identity_conv package (editable) with extras $EXTRAS"
   # No build isolation is needed: the backend is setuptools, and torch is already in
   # the venv, so pip does not fetch a second torch for the build.
-  "${PIP[@]}" install --quiet -e "$ROOT[test,build,bench]"
+  "${PIP[@]}" install --quiet -e "$ROOT[$EXTRAS]"
   echo "$want" > "$stamp"
 else
   step "reusing $VENV ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

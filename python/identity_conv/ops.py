@@ -11,12 +11,14 @@ from typing import Any
 import torch
 
 from .errors import OpLibraryError
+from .onnx_translations import register_onnx_class_route, register_onnx_translation
 
 LIBRARY_NAME = "libidentity_conv_ops.so"
 LIBRARY_ENV_VAR = "IDENTITY_CONV_OPS_LIB"
 OP_NAME = "my_ops::identity_conv_op"
 OUT_OP_NAME = "my_ops::identity_conv_op_out"
 CLASS_NAME = "my_ops::IdentityConvClass"
+CLASS_FORWARD_OP_NAME = "my_ops::identity_conv_class_forward"
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _loaded_path: Path | None = None
@@ -242,6 +244,12 @@ def _identity_conv_backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
     return torch.ops.my_ops.identity_conv_op(grad)
 
 
+def _fake_identity_conv_class_forward(x: torch.Tensor, channels: int) -> torch.Tensor:
+    """Fake kernel of ``my_ops::identity_conv_class_forward``, the class's forward as
+    an op over its flattened state (the route of the class into ONNX)."""
+    return FakeIdentityConvClass(channels).forward(x)
+
+
 class FakeIdentityConvClass:
     """Fake of the torchbind class ``my_ops::IdentityConvClass`` for tracing."""
 
@@ -275,6 +283,23 @@ def _register_fakes() -> None:
         return
     torch.library.register_fake(OP_NAME)(_fake_identity_conv)
     torch.library.register_fake(OUT_OP_NAME)(_fake_identity_conv_out)
+    torch.library.register_fake(CLASS_FORWARD_OP_NAME)(_fake_identity_conv_class_forward)
     torch.library.register_autograd(OP_NAME, _identity_conv_backward, setup_context=_identity_conv_setup_context)
     torch._library.register_fake_class(CLASS_NAME)(FakeIdentityConvClass)
+    # ONNX: the op and the class's forward are identities, so ONNX's Identity is
+    # exact; the class reaches ONNX through its op over the flattened state.
+    register_onnx_translation(OP_NAME, _onnx_identity_conv)
+    register_onnx_translation(CLASS_FORWARD_OP_NAME, _onnx_identity_conv_class_forward)
+    register_onnx_class_route(CLASS_NAME, "forward", CLASS_FORWARD_OP_NAME)
     _fakes_registered = True
+
+
+def _onnx_identity_conv(op: Any, x: Any) -> Any:
+    """Portable ONNX translation of ``my_ops::identity_conv_op``: ``Identity``."""
+    return op.Identity(x)
+
+
+def _onnx_identity_conv_class_forward(op: Any, x: Any, channels: int) -> Any:
+    """Portable ONNX translation of the class's forward. The channel check stays in
+    the graph's input shape, whose channel dim is static."""
+    return op.Identity(x)

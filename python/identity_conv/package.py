@@ -112,6 +112,8 @@ class PackageSpec:
     # build's verification (JSON: [[label, BitReport fields], ...]) to report on a hit.
     cache_key: str = ""
     verified: str = ""
+    # ONNX files only: "portable" or "custom-domain" (see onnx_export.py).
+    onnx_mode: str = ""
 
     def to_metadata(self) -> dict[str, str]:
         entries = {
@@ -132,6 +134,8 @@ class PackageSpec:
             "cache_key": self.cache_key,
             "verified": self.verified,
         }
+        if self.onnx_mode:
+            entries["onnx_mode"] = self.onnx_mode
         return {META_PREFIX + key: value for key, value in entries.items()}
 
     def describe(self) -> list[tuple[str, str]]:
@@ -152,6 +156,8 @@ class PackageSpec:
             ("cpu isa", self.aoti.get("AOTI_CPU_ISA", "")),
             ("compute capability", self.aoti.get("AOTI_COMPUTE_CAPABILITY", "")),
         ]
+        if self.onnx_mode:
+            rows.append(("onnx mode", self.onnx_mode))
         return rows
 
     def to_json(self) -> dict[str, object]:
@@ -174,6 +180,7 @@ class PackageSpec:
             "optimizations": self.optimizations,
             "shared_dims": [[list(position) for position in group] for group in self.shared_dims],
             "cache_key": self.cache_key,
+            "onnx_mode": self.onnx_mode,
             "aoti": self.aoti,
         }
 
@@ -208,6 +215,7 @@ class PackageSpec:
             shared_dims=_decode_groups(get("shared_dims")),
             cache_key=get("cache_key"),
             verified=get("verified"),
+            onnx_mode=get("onnx_mode"),
         )
 
 

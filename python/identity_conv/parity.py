@@ -5,10 +5,12 @@ hold, say which layer changes which values."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -25,6 +27,13 @@ SHAPE_MODES = ("static", "dynamic")
 INPUT_KINDS = ("random", "special")
 IDENTITY_PAIR = "input vs eager"
 RUNTIME_PAIRS = ("eager vs torch.compile", "eager vs AOTI-Python", "AOTI-Python vs AOTI-C++")
+# The ONNX column: the portable ONNX file in onnxruntime (needs the ONNX extra).
+ONNX_PAIR = "eager vs ONNX"
+# dtypes the ONNX target cannot run, and why; a failure at any other dtype fails the cell.
+ONNX_UNSUPPORTED = {
+    "bfloat16": "ONNX's Conv has no bfloat16, and numpy (onnxruntime's input) has none either",
+    "float64": "onnxruntime's CPU provider has no float64 Conv kernel",
+}
 
 # Small shapes keep the matrix cheap; compile time does not depend on them. The
 # dynamic package is compiled at STATIC_SHAPE and run at DYNAMIC_RUN_SHAPE.
@@ -55,10 +64,12 @@ class CellResult:
     shape: tuple[int, ...]
     pairs: dict[str, BitReport]
     layer_changes: list[LayerChange] = field(default_factory=list)
+    # Why the ONNX column has no result ("" when it has one, or was not asked for).
+    onnx_skipped: str = ""
 
     @property
     def runtimes_agree(self) -> bool:
-        return all(self.pairs[pair].identical for pair in RUNTIME_PAIRS)
+        return all(report.identical for pair, report in self.pairs.items() if pair != IDENTITY_PAIR)
 
     @property
     def identity_holds(self) -> bool:
@@ -132,6 +143,7 @@ def run_matrix(
     shape_modes: tuple[str, ...] = SHAPE_MODES,
     input_kinds: tuple[str, ...] = INPUT_KINDS,
     on_step: Callable[[str], None] | None = None,
+    onnx: bool = False,
 ) -> list[CellResult]:
     """Compile one package per (dtype, shape mode) and compare every runtime on
     every input kind.
@@ -142,6 +154,8 @@ def run_matrix(
         op_lib: the built op library (loaded in this process too).
         dtypes, shape_modes, input_kinds: the matrix's axes.
         on_step: called with a description before each compile and each cell.
+        onnx: also export a portable ONNX file per (dtype, shape mode) and compare
+            its output in onnxruntime with eager's (the ONNX extra must be installed).
 
     Returns:
         One CellResult per (dtype, shape mode, input kind).
@@ -166,6 +180,7 @@ def run_matrix(
             )
             package_path = export_and_compile(config).package_path
             package = load_package(package_path, read_package_spec(package_path))
+            onnx_session, onnx_skipped = _onnx_session(config, dtype) if onnx else (None, "")
             # Each cell compiles afresh: the matrix compiles the same forward for every
             # dtype and shape mode, which would otherwise hit dynamo's recompile limit.
             torch._dynamo.reset()
@@ -187,11 +202,30 @@ def run_matrix(
                     "eager vs AOTI-Python": compare_bits(python_out, eager),
                     "AOTI-Python vs AOTI-C++": compare_bits(cpp_out, python_out),
                 }
-                cell = CellResult(dtype, mode, kind, shape, pairs)
+                if onnx_session is not None:
+                    (onnx_out,) = onnx_session.run([x])
+                    pairs[ONNX_PAIR] = compare_bits(onnx_out, eager)
+                cell = CellResult(dtype, mode, kind, shape, pairs, onnx_skipped=onnx_skipped)
                 if not cell.identity_holds:
                     cell.layer_changes = attribute_layers(model, x)
                 results.append(cell)
     return results
+
+
+def _onnx_session(config: BuildConfig, dtype: str) -> tuple[Any, str]:
+    """Export the config's model to a portable ONNX file next to its package and
+    load it: (session, "") or, for a dtype the ONNX target cannot run,
+    (None, why). Any other failure raises."""
+    from .onnx_runtime import load_onnx
+
+    onnx_config = dataclasses.replace(config, format="onnx", output=config.output.with_suffix(".onnx"))
+    try:
+        exported = export_and_compile(onnx_config)
+        return load_onnx(exported.package_path, exported.spec), ""
+    except IdentityConvError as error:
+        if dtype not in ONNX_UNSUPPORTED:
+            raise
+        return None, str(error).strip().splitlines()[0]
 
 
 # The only changes a native conv with weight 1 may make to special values.

@@ -10,9 +10,10 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -40,6 +41,9 @@ from .user_model import DynamicDim, flatten_outputs, import_modules, load_model
 from .verify import BitReport, compare_bits
 
 STAGES = ("load op libraries", "build model", "export", "compile", "verify")
+# The stages of the ONNX target (export_compile onnx).
+ONNX_STAGES = ("load op libraries", "build model", "export", "convert to ONNX", "verify")
+FORMATS = ("pt2", "onnx")
 # Files --save-reference writes: the example inputs and eager's outputs for them.
 REFERENCE_INPUTS = "inputs.pt"
 REFERENCE_OUTPUTS = "expected.pt"
@@ -85,6 +89,10 @@ class BuildConfig:
     optimize: bool = True
     # Rebuild even if the package at `output` was built from the same inputs.
     force: bool = False
+    # "pt2" (AOTInductor package) or "onnx" (an ONNX file for onnxruntime).
+    format: str = "pt2"
+    # ONNX only: "portable" (standard ops) or "custom-domain" (custom ops as nodes).
+    onnx_mode: str = "portable"
 
     def shape(self) -> tuple[int, int, int, int]:
         return (self.batch, self.channels, self.height, self.width)
@@ -104,6 +112,8 @@ class BuildConfig:
             raise InputError(f"unsupported dtype {self.dtype!r}; expected one of {', '.join(DTYPES)}")
         if self.max_ulp < 0:
             raise InputError(f"--max-ulp must be >= 0, got {self.max_ulp}")
+        if self.format not in FORMATS:
+            raise InputError(f"unknown format {self.format!r}; expected one of {', '.join(FORMATS)}")
         if self.model is not None:
             if self.dynamic or self.variant != "functional":
                 raise InputError(
@@ -148,6 +158,9 @@ class BuildResult:
     # True when the package at the output was reused (same cache key): export,
     # compile and verify were skipped, and `checks` are those of the build that made it.
     cached: bool = False
+    # ONNX target only: (domain, op type) of each node, and the torchbind routes taken.
+    onnx_nodes: list[tuple[str, str]] = field(default_factory=list)
+    onnx_routes: list[str] = field(default_factory=list)
 
     @property
     def example_input(self) -> torch.Tensor:
@@ -247,8 +260,15 @@ def export_and_compile(
         else:
             model, inputs, traced, dynamic_dims = _build_user_model(config)
         model_name = config.model or type(model).__name__
-        key = _cache_key(config, model, inputs, traced, dynamic_dims, libraries)
-        cached = None if config.force else _cached_spec(config.output, key)
+        if config.format == "onnx":
+            # ONNX export takes seconds: no compile cache.
+            key, cached = "", None
+        else:
+            key = _cache_key(config, model, inputs, traced, dynamic_dims, libraries)
+            cached = None if config.force else _cached_spec(config.output, key)
+
+    if config.format == "onnx":
+        return _export_onnx(config, model, inputs, traced, dynamic_dims, libraries, model_name, stage, timings)
 
     if cached is not None:
         for name in ("export", "compile", "verify"):
@@ -306,22 +326,9 @@ def export_and_compile(
     with stage("verify"):
         spec = read_package_spec(package_path)
         package = load_package(package_path, spec)
-        checks: list[tuple[str, BitReport]] = []
-        reference_outputs: list[torch.Tensor] = []
-        runs = [inputs] + ([more] if (more := second_inputs(inputs, dynamic_dims, config.seed)) else [])
-        for run_inputs in runs:
-            with torch.no_grad():
-                eager = flatten_outputs(model(*run_inputs))
-            package_outputs = package.run(list(run_inputs))
-            if len(package_outputs) != len(eager):
-                raise VerificationError(
-                    f"the package returned {len(package_outputs)} output(s) where eager returns {len(eager)}"
-                )
-            reference_outputs = reference_outputs or eager
-            shapes = " ".join(str(list(x.shape)) for x in run_inputs)
-            for j, (actual, expected) in enumerate(zip(package_outputs, eager)):
-                label = f"eager vs package {shapes}" + (f" output[{j}]" if len(eager) > 1 else "")
-                checks.append((label, compare_bits(actual, expected)))
+        checks, reference_outputs = _verify_against_eager(
+            model, inputs, dynamic_dims, config.seed, package.run, "the package", "package"
+        )
         if config.save_reference is not None:
             _save_reference(config.save_reference, inputs, reference_outputs)
         # Recorded last, so only a package that went through every stage is reused.
@@ -341,6 +348,98 @@ def export_and_compile(
         max_ulp=config.max_ulp,
         reference_dir=config.save_reference,
         timings=timings,
+    )
+
+
+def _verify_against_eager(
+    model: nn.Module,
+    inputs: list[torch.Tensor],
+    dynamic_dims: list[DynamicDim],
+    seed: int,
+    run: Callable[[list[torch.Tensor]], list[torch.Tensor]],
+    what: str,
+    label: str,
+) -> tuple[list[tuple[str, BitReport]], list[torch.Tensor]]:
+    """Run ``run`` on the example inputs (and, with dynamic dims, on inputs of other
+    sizes) and compare each output's bits with eager's.
+
+    Returns:
+        The labelled reports, and eager's outputs for the example inputs.
+    """
+    checks: list[tuple[str, BitReport]] = []
+    reference_outputs: list[torch.Tensor] = []
+    runs = [inputs] + ([more] if (more := second_inputs(inputs, dynamic_dims, seed)) else [])
+    for run_inputs in runs:
+        with torch.no_grad():
+            eager = flatten_outputs(model(*run_inputs))
+        outputs = run(list(run_inputs))
+        if len(outputs) != len(eager):
+            raise VerificationError(f"{what} returned {len(outputs)} output(s) where eager returns {len(eager)}")
+        reference_outputs = reference_outputs or eager
+        shapes = " ".join(str(list(x.shape)) for x in run_inputs)
+        for j, (actual, expected) in enumerate(zip(outputs, eager)):
+            name = f"eager vs {label} {shapes}" + (f" output[{j}]" if len(eager) > 1 else "")
+            checks.append((name, compare_bits(actual, expected)))
+    return checks, reference_outputs
+
+
+def _export_onnx(
+    config: BuildConfig,
+    model: nn.Module,
+    inputs: list[torch.Tensor],
+    traced: list[torch.Tensor],
+    dynamic_dims: list[DynamicDim],
+    libraries: list[Path],
+    model_name: str,
+    stage: Callable[[str], AbstractContextManager[None]],
+    timings: dict[str, float],
+) -> BuildResult:
+    """The ONNX target's export, convert and verify stages (see onnx_export.py). The
+    file's outputs are checked against eager in onnxruntime, bit for bit."""
+    from .onnx_export import convert_onnx, prepare_onnx, require_onnx
+    from .onnx_runtime import load_onnx
+
+    require_onnx()
+    if config.device != "cpu":
+        raise InputError(
+            "the ONNX target exports on the CPU (--device cpu): the file is device-independent, and "
+            "onnxruntime picks its execution provider when it loads it"
+        )
+    if config.allow_python_ops:
+        raise InputError("--allow-python-ops applies to .pt2 packages; the ONNX target translates every op")
+    with stage("export"):
+        prepared = prepare_onnx(model, traced, dynamic_dims, config.onnx_mode)
+    with stage("convert to ONNX"):
+        extras: dict[str, Any] = {
+            "is_identity": bool(getattr(model, "is_identity", False)),
+            "example_shapes": [tuple(x.shape) for x in inputs],
+            "fake_modules": list(config.fake_modules),
+            # The custom-domain nodes run the op library's kernels: record the libraries.
+            "op_libraries": libraries_for(prepared.ops),
+        }
+        exported = convert_onnx(prepared, config.output, extras)
+    with stage("verify"):
+        spec = exported.spec
+        session = load_onnx(exported.path, spec)
+        checks, reference_outputs = _verify_against_eager(
+            model, inputs, dynamic_dims, config.seed, session.run, "the ONNX file", "onnxruntime"
+        )
+        if config.save_reference is not None:
+            _save_reference(config.save_reference, inputs, reference_outputs)
+    return BuildResult(
+        package_path=exported.path,
+        spec=spec,
+        calls=GraphCalls(exported.ops, [route.split(".")[0] for route in exported.routes]),
+        graph=exported.graph,
+        example_inputs=inputs,
+        checks=checks,
+        op_libraries=libraries,
+        model_name=model_name,
+        max_ulp=config.max_ulp,
+        reference_dir=config.save_reference,
+        timings=timings,
+        onnx_nodes=exported.nodes,
+        onnx_routes=exported.routes,
     )
 
 

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import EXIT_MISMATCH, IdentityConvError
-from ..pipeline import DEFAULT_RANGES, REFERENCE_INPUTS, REFERENCE_OUTPUTS, STAGES, BuildConfig, BuildResult, export_and_compile
+from ..pipeline import DEFAULT_RANGES, REFERENCE_INPUTS, REFERENCE_OUTPUTS, ONNX_STAGES, STAGES, BuildConfig, BuildResult, export_and_compile
 from ..user_model import parse_dynamic_dim, parse_model_args, parse_shape
 from .common import FakeModuleOption, MaxUlpOption, console, exit_with, step_progress, verdict
 
@@ -38,6 +38,19 @@ class Device(str, Enum):
     cuda = "cuda"
 
 
+class Format(str, Enum):
+    pt2 = "pt2"
+    onnx = "onnx"
+
+
+class OnnxMode(str, Enum):
+    portable = "portable"
+    custom_domain = "custom-domain"
+
+
+DEFAULT_OUTPUTS = {Format.pt2: Path("artifacts/model.pt2"), Format.onnx: Path("artifacts/model.onnx")}
+
+
 def _parse_range(flag: str, value: str) -> tuple[int, int]:
     """"1:64" -> (1, 64); a typer.BadParameter otherwise."""
     low, sep, high = value.partition(":")
@@ -55,6 +68,7 @@ def _check_range(param: typer.CallbackParam, value: str) -> str:
 
 
 MODEL_PANEL = "Your own model (--model)"
+ONNX_PANEL = "ONNX target (export_compile onnx; needs pip install -e '.[onnx]')"
 IDENTITY_PANEL = "Built-in IdentityModel (the default)"
 
 
@@ -70,11 +84,33 @@ IDENTITY_PANEL = "Built-in IdentityModel (the default)"
         "A graph that calls an op only Python can run (torch.library.custom_op) is refused "
         "before compiling, since the C++ runtime has no Python; --allow-python-ops writes a "
         "package for the Python runtime only.\n\n"
+        "export_compile onnx writes an ONNX file instead (default artifacts/model.onnx) and "
+        "checks it in onnxruntime bit-for-bit. --onnx-mode portable (the default) translates "
+        "each custom op and torchbind method to standard ONNX ops, so any ONNX runtime runs "
+        "the file; custom-domain writes them as nodes of their own domain (my_ops), with the "
+        "class state as attributes, which only a runtime given their kernels runs (run_inference "
+        "gives onnxruntime the op library's).\n\n"
         "Exit codes: 0 package written and verified, 1 package outputs differ from eager "
         "(beyond --max-ulp), 2 usage, load, export or compile error."
     )
 )
 def export_compile(
+    target: Annotated[
+        Format,
+        typer.Argument(
+            help="What to write: pt2 (an AOTInductor package for the Python and C++ runners) or "
+            "onnx (an ONNX file for onnxruntime).",
+            case_sensitive=False,
+        ),
+    ] = Format.pt2,
+    onnx_mode: Annotated[
+        OnnxMode,
+        typer.Option(
+            help="portable: custom ops become standard ONNX ops (their registered translations). "
+            "custom-domain: custom ops become nodes of their namespace's ONNX domain.",
+            rich_help_panel=ONNX_PANEL,
+        ),
+    ] = OnnxMode.portable,
     model: Annotated[
         Optional[str],
         typer.Option(
@@ -144,9 +180,13 @@ def export_compile(
         Device, typer.Option(help="Device to compile for. cuda needs a CUDA build of torch and a GPU.")
     ] = Device.cpu,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the random example input.")] = 0,
-    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the package.")] = Path(
-        "artifacts/model.pt2"
-    ),
+    output: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--output", "-o", help="Where to write the package.  [default: artifacts/model.pt2, or artifacts/model.onnx]",
+            show_default=False,
+        ),
+    ] = None,
     op_lib: Annotated[
         Optional[List[Path]],
         typer.Option(
@@ -228,7 +268,9 @@ def export_compile(
             dtype=dtype.value,
             device=device.value,
             seed=seed,
-            output=output,
+            output=output or DEFAULT_OUTPUTS[target],
+            format=target.value,
+            onnx_mode=onnx_mode.value,
             dynamic=tuple(name.strip() for name in dynamic.split(",") if name.strip()),
             variant=variant.value,
             ranges={
@@ -240,7 +282,7 @@ def export_compile(
     except Exception as error:  # a bad --model-arg, --input-shape or --dynamic-dim
         exit_with(error)
     try:
-        with step_progress(len(STAGES)) as on_stage:
+        with step_progress(len(ONNX_STAGES if target is Format.onnx else STAGES)) as on_stage:
             result = export_and_compile(config, on_stage=on_stage)
     except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)
@@ -257,13 +299,18 @@ def export_compile(
     for name, seconds in result.timings.items():
         table.add_row(f"stage: {name}", f"{seconds:.2f} s")
     table.add_row("model", result.model_name)
-    table.add_row(
-        "compile cache",
-        "cached: the package at --output was built from the same inputs (export, compile and verify "
-        "skipped; checks below are from that build; --force rebuilds)"
-        if result.cached
-        else "built (key recorded in the package)",
-    )
+    if target is Format.onnx:
+        table.add_row("onnx mode", onnx_mode.value)
+        table.add_row("onnx nodes", ", ".join(f"{domain}.{op}" for domain, op in result.onnx_nodes))
+        table.add_row("class routes", ", ".join(result.onnx_routes) or "none")
+    else:
+        table.add_row(
+            "compile cache",
+            "cached: the package at --output was built from the same inputs (export, compile and verify "
+            "skipped; checks below are from that build; --force rebuilds)"
+            if result.cached
+            else "built (key recorded in the package)",
+        )
     for i, spec in enumerate(result.spec.inputs):
         table.add_row(f"input[{i}] spec", f"{spec.shape_str()} {spec.dtype} on {device.value}")
     table.add_row("optimizations", result.spec.optimizations)
@@ -280,7 +327,8 @@ def export_compile(
     if result.reference_dir is not None:
         table.add_row("reference", f"{result.reference_dir / REFERENCE_INPUTS}, {result.reference_dir / REFERENCE_OUTPUTS}")
     console.print(table)
-    console.print(Text("verify eager vs package: ").append_text(verdict(result.passed)).append(_verdict_note(result)))
+    against = "onnxruntime" if target is Format.onnx else "package"
+    console.print(Text(f"verify eager vs {against}: ").append_text(verdict(result.passed)).append(_verdict_note(result)))
     if not result.passed:
         raise typer.Exit(EXIT_MISMATCH)
 

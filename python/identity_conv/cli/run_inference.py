@@ -10,6 +10,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from ..errors import EXIT_MISMATCH
+from ..onnx_export import is_onnx_path
 from ..package import read_package_spec
 from ..runtime import load_package, load_package_libraries, make_random_inputs, to_package_device
 from ..tensor_io import load_tensors, save_tensors
@@ -21,7 +22,8 @@ app = typer.Typer(add_completion=False, rich_markup_mode="rich")
 
 @app.command(
     help=(
-        "Run an AOTI package written by export_compile from Python and check its "
+        "Run an AOTI package (.pt2) or an ONNX file (.onnx, in onnxruntime; needs the ONNX extra) "
+        "written by export_compile from Python and check its "
         "outputs bit-for-bit: against --expected FILE (e.g. the expected.pt of "
         "export_compile --save-reference), or, without it, against the inputs for "
         "packages that declare an identity model. Other packages just run.\n\n"
@@ -33,7 +35,7 @@ app = typer.Typer(add_completion=False, rich_markup_mode="rich")
     )
 )
 def run_inference(
-    model_path: Annotated[Path, typer.Argument(help="The .pt2 package.")] = Path("artifacts/model.pt2"),
+    model_path: Annotated[Path, typer.Argument(help="The .pt2 package, or an .onnx file.")] = Path("artifacts/model.pt2"),
     op_lib_paths: Annotated[
         Optional[List[Path]],
         typer.Argument(
@@ -59,11 +61,19 @@ def run_inference(
     seed: Annotated[int, typer.Option(min=0, help="Seed of the random input used without --inputs.")] = 0,
 ) -> None:
     try:
-        spec = read_package_spec(model_path)
+        onnx = is_onnx_path(model_path)
+        if onnx:
+            from ..onnx_runtime import load_onnx, read_onnx_spec
+
+            spec = read_onnx_spec(model_path)
+        else:
+            spec = read_package_spec(model_path)
         libraries = load_package_libraries(spec, [*(op_lib_paths or []), *(op_lib or [])], list(fake_module or []))
         for library in libraries:
             console.print(f"loaded op library {library}")
-        package = load_package(model_path, spec)
+        package = load_onnx(model_path, spec) if onnx else load_package(model_path, spec)
+        if onnx:
+            console.print(f"runtime: onnxruntime (CPU), {spec.onnx_mode} ONNX file")
         if inputs is None:
             tensors = make_random_inputs(spec, seed)
             console.print(f"input: random (seed {seed})")

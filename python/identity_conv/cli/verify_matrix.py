@@ -5,7 +5,7 @@ package in C++ on random and special-value inputs."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
@@ -14,7 +14,7 @@ from rich.text import Text
 from ..errors import EXIT_MISMATCH
 from ..ops import load_op_library
 from ..package import DTYPES
-from ..parity import IDENTITY_PAIR, INPUT_KINDS, RUNTIME_PAIRS, SHAPE_MODES, cell_passed, matrix_passed, run_matrix
+from ..parity import IDENTITY_PAIR, INPUT_KINDS, ONNX_PAIR, RUNTIME_PAIRS, SHAPE_MODES, cell_passed, matrix_passed, run_matrix
 from .common import OpLibOption, RunnerOption, console, exit_with, require_runner, step_progress, verdict
 
 app = typer.Typer(add_completion=False)
@@ -30,6 +30,8 @@ def _split(value: str) -> tuple[str, ...]:
         "C++ bit-for-bit, over dtypes x static/dynamic shapes x random/special-value "
         "inputs (NaN payloads, +-0, +-inf, subnormals). Where the model's output is not "
         "its input, the report names the layer that changed which values.\n\n"
+        "With the ONNX extra installed, an ONNX column compares a portable ONNX file run in "
+        "onnxruntime with eager; dtypes ONNX or onnxruntime cannot run show n/a with the reason.\n\n"
         "Exit codes: 0 every runtime pair identical in every cell and no custom layer "
         "changed a bit; 1 otherwise; 2 usage or build error."
     )
@@ -41,29 +43,48 @@ def verify_matrix(
     work_dir: Annotated[Path, typer.Option(help="Where packages and tensor files go.")] = Path("artifacts/verify"),
     runner: RunnerOption = Path("build/aoti_runner"),
     op_lib: OpLibOption = None,
+    onnx: Annotated[
+        Optional[bool],
+        typer.Option(
+            "--onnx/--no-onnx",
+            help="Add the ONNX column. Default: on when the ONNX extra (pip install -e '.[onnx]') is installed.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
+    from ..onnx_export import missing_onnx_packages, require_onnx
+
     try:
+        if onnx:
+            require_onnx()
+        with_onnx = onnx if onnx is not None else not missing_onnx_packages()
         require_runner(runner)
         library = load_op_library(op_lib)
         axes = (_split(dtypes), _split(shapes), _split(inputs))
         steps = len(axes[0]) * len(axes[1]) * (1 + len(axes[2]))
         with step_progress(steps) as on_step:
-            results = run_matrix(work_dir, runner, library, *axes, on_step=on_step)
+            results = run_matrix(work_dir, runner, library, *axes, on_step=on_step, onnx=with_onnx)
     except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)
 
     table = Table(title="bitwise parity matrix (identical = same bits; N = elements whose bits differ)")
-    headers = ("dtype", "shapes", "input", "shape", "input=eager", "eager=compile", "eager=AOTI-py", "AOTI-py=C++", "cell")
-    for column in headers:
+    headers = ["dtype", "shapes", "input", "shape", "input=eager", "eager=compile", "eager=AOTI-py", "AOTI-py=C++"]
+    headers += ["eager=ONNX"] if with_onnx else []
+    for column in [*headers, "cell"]:
         table.add_column(column, no_wrap=True)
     for cell in results:
         pairs = [cell.pairs[IDENTITY_PAIR], *(cell.pairs[p] for p in RUNTIME_PAIRS)]
-        table.add_row(
-            cell.dtype, cell.shapes, cell.input_kind, "x".join(map(str, cell.shape)),
-            *(Text("identical", style="green") if r.identical else Text(str(r.num_differ), style="red")
-              for r in pairs),
-            verdict(cell_passed(cell)),
-        )
+        columns = [Text("identical", style="green") if r.identical else Text(str(r.num_differ), style="red")
+                   for r in pairs]
+        if with_onnx:
+            onnx_report = cell.pairs.get(ONNX_PAIR)
+            columns.append(
+                Text("n/a", style="yellow") if onnx_report is None
+                else Text("identical", style="green") if onnx_report.identical
+                else Text(str(onnx_report.num_differ), style="red")
+            )
+        table.add_row(cell.dtype, cell.shapes, cell.input_kind, "x".join(map(str, cell.shape)), *columns,
+                      verdict(cell_passed(cell)))
     console.print(table)
 
     deviations = [cell for cell in results if not cell.identity_holds]
@@ -76,9 +97,12 @@ def verify_matrix(
             if not cell.layer_changes:
                 console.print("    no single layer changes bits; the full model does (unexplained)")
     for cell in results:
-        for pair in RUNTIME_PAIRS:
-            if not cell.pairs[pair].identical:
-                console.print(f"  {cell.dtype} {cell.shapes} {cell.input_kind}: {pair}: {cell.pairs[pair]}")
+        for pair, report in cell.pairs.items():
+            if pair != IDENTITY_PAIR and not report.identical:
+                console.print(f"  {cell.dtype} {cell.shapes} {cell.input_kind}: {pair}: {report}")
+    skipped = {cell.dtype: cell.onnx_skipped for cell in results if cell.onnx_skipped}
+    for dtype, reason in skipped.items():
+        console.print(f"ONNX n/a for {dtype}: {reason}")
     passed = matrix_passed(results)
     console.print(Text("runtimes agree bit-for-bit in every cell: ").append_text(verdict(passed)))
     if not passed:
