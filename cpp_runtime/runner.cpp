@@ -234,6 +234,12 @@ PackageSpec read_package_spec(const std::string& path) {
     throw RunnerError("package is empty (0 bytes): " + path +
                       "\nRe-create it with `export_compile`.");
   }
+  if (read_file_prefix(path, 4) != std::string("PK\x03\x04", 4) &&
+      fs::path(path).extension() == ".onnx") {
+    throw RunnerError("this is an ONNX file, not an AOTI package: " + path +
+                      "\nThe C++ runner runs .pt2 packages. Run ONNX files in onnxruntime, e.g. with "
+                      "`run_inference " + path + "`.");
+  }
   if (read_file_prefix(path, 4) != std::string("PK\x03\x04", 4)) {
     throw RunnerError("package is not a zip archive (an AOTI .pt2 package is one): " + path +
                       "\nPass the .pt2 file written by export_compile.");

@@ -143,12 +143,14 @@ def run_both_runtimes(build: Build, op_lib: Path, package: Path, x: torch.Tensor
 
 @pytest.fixture(scope="session")
 def parity_matrix(tmp_path_factory: pytest.TempPathFactory, build: Build, op_library: Path):
-    """The full parity matrix, once: 4 dtypes x static/dynamic x random/special. Its
-    packages (e.g. model_float32_dynamic.pt2) are shared with other tests."""
+    """The full parity matrix, once: 4 dtypes x static/dynamic x random/special, with
+    the ONNX column when the ONNX extra is installed. Its packages (e.g.
+    model_float32_dynamic.pt2) are shared with other tests."""
+    from identity_conv.onnx_export import missing_onnx_packages
     from identity_conv.parity import run_matrix
 
     work_dir = tmp_path_factory.mktemp("parity")
-    return work_dir, run_matrix(work_dir, build.runner, op_library)
+    return work_dir, run_matrix(work_dir, build.runner, op_library, onnx=not missing_onnx_packages())
 
 
 @pytest.fixture(scope="session")

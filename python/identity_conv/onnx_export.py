@@ -20,11 +20,13 @@ import contextlib
 import importlib.util
 import inspect
 import logging
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy
 import torch
 from torch import nn
 
@@ -208,6 +210,13 @@ def _custom_domain(overload: torch._ops.OpOverload) -> Callable[..., Any]:
         inputs = [value for arg, value in zip(schema.arguments, args) if arg.name in tensors]
         attrs = {arg.name: int(v) if isinstance(v, bool) else v
                  for arg, v in zip(schema.arguments, args) if arg.name in attribute_names}
+        for attr, value in attrs.items():
+            if isinstance(value, float) and not math.isnan(value) and float(numpy.float32(value)) != value:
+                raise ExportError(
+                    f"{op}: argument {attr}={value!r} has no exact float32 value, and ONNX float attributes "
+                    f"are 32-bit: the node would carry {float(numpy.float32(value))!r} and its output could "
+                    "differ from eager's. Use a value that float32 holds exactly, or the portable mode."
+                )
         return node(*inputs, **attrs)
 
     return _with_signature(translate, schema)
@@ -306,6 +315,9 @@ def convert_onnx(prepared: OnnxPrepared, output: Path, spec_extras: dict[str, An
             prepared.program, dynamo=True, custom_translation_table=prepared.table, optimize=True, verbose=False
         )
     except Exception as error:  # the exporter raises its own types; keep the innermost cause
+        cause = _innermost(error)
+        if isinstance(cause, IdentityConvError):  # raised by a translation: already clear
+            raise cause from error
         raise ExportError(f"torch.onnx.export failed: {_last_line(error)}") from error
     proto = onnx_program.model_proto
     custom = prepared.mode == "custom-domain"
@@ -355,11 +367,16 @@ def export_onnx(
     return convert_onnx(prepare_onnx(model, example_inputs, dynamic_dims, mode), output, spec_extras)
 
 
-def _last_line(error: BaseException) -> str:
-    """The innermost cause's message, first line: the exporter wraps the real error
-    in several layers."""
+def _innermost(error: BaseException) -> BaseException:
+    """The exporter wraps the real error in several layers."""
     while error.__cause__ is not None:
         error = error.__cause__
+    return error
+
+
+def _last_line(error: BaseException) -> str:
+    """The innermost cause's type and first line."""
+    error = _innermost(error)
     text = str(error).strip()
     return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 

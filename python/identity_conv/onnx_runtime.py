@@ -25,6 +25,10 @@ _HINT = "Create it with `export_compile onnx` (default output artifacts/model.on
 _ELEM_TYPES = {1: (torch.float32, "dt_float"), 10: (torch.float16, "dt_float16"), 11: (torch.float64, "dt_double")}
 # Python ops registered with onnxruntime-extensions in this process, by op type.
 _registered_py_ops: set[str] = set()
+# Errors the Python kernels caught during the current run. An exception that left a
+# Python op would abort the process inside onnxruntime-extensions, so the kernels
+# record it, return a placeholder, and OnnxSession.run raises it after the run.
+_kernel_errors: list[str] = []
 
 
 def _load_proto(path: Path) -> Any:
@@ -95,12 +99,21 @@ class OnnxSession:
         """Validate against the recorded spec, then run. Returns CPU tensors."""
         ready = validate_inputs(inputs, self.spec)
         feed = {name: x.detach().numpy() for name, x in zip(self._input_names, ready)}
+        _kernel_errors.clear()
         try:
             outputs = self._session.run(None, feed)
         except Exception as error:  # onnxruntime raises its own types
             first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise PackageError(f"running {self.path} in onnxruntime failed: {first_line}") from error
+            raise PackageError(f"running {self.path} in onnxruntime failed: {_kernel_errors_text() or first_line}") from error
+        if _kernel_errors:
+            raise PackageError(f"running {self.path} in onnxruntime failed: {_kernel_errors_text()}")
         return [torch.from_numpy(output) for output in outputs]
+
+
+def _kernel_errors_text() -> str:
+    errors = "; ".join(_kernel_errors)
+    _kernel_errors.clear()
+    return errors
 
 
 def load_onnx(path: str | Path, spec: PackageSpec) -> OnnxSession:
@@ -190,7 +203,13 @@ def _register_py_op(op_type: str, op: str, inputs: int, outputs: int, elem: int,
     def kernel(*arrays: Any, **attributes: Any) -> Any:
         kwargs = {name: torch.from_numpy(array) for name, array in zip(tensor_names, arrays)}
         kwargs.update({k: v.decode() if isinstance(v, bytes) else v for k, v in attributes.items()})
-        result = target(**kwargs)
+        try:
+            result = target(**kwargs)
+        except Exception as error:  # must not leave the Python op (see _kernel_errors)
+            text = str(error).strip()
+            _kernel_errors.append(f"the op library's kernel of {op} failed: {text.splitlines()[0] if text else error!r}")
+            placeholder = arrays[0].copy()
+            return placeholder if outputs == 1 else tuple(placeholder for _ in range(outputs))
         if isinstance(result, (tuple, list)):
             return tuple(t.numpy() for t in result)
         return result.numpy()

@@ -420,7 +420,12 @@ def _export_onnx(
         exported = convert_onnx(prepared, config.output, extras)
     with stage("verify"):
         spec = exported.spec
-        session = load_onnx(exported.path, spec)
+        try:
+            session = load_onnx(exported.path, spec)
+        except PackageError as error:
+            raise ExportError(
+                f"wrote {exported.path}, which passes onnx.checker, but it cannot be verified here: {error}"
+            ) from error
         checks, reference_outputs = _verify_against_eager(
             model, inputs, dynamic_dims, config.seed, session.run, "the ONNX file", "onnxruntime"
         )

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from ..onnx_export import is_onnx_path
 from ..package import read_package_spec
 from .common import console, exit_with
 
@@ -26,11 +27,16 @@ app = typer.Typer(add_completion=False)
     )
 )
 def inspect_package(
-    package: Annotated[Path, typer.Argument(help="The .pt2 package.")] = Path("artifacts/model.pt2"),
+    package: Annotated[Path, typer.Argument(help="The .pt2 package, or an .onnx file written by export_compile onnx.")] = Path("artifacts/model.pt2"),
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     try:
-        spec = read_package_spec(package)
+        if is_onnx_path(package):
+            from ..onnx_runtime import read_onnx_spec
+
+            spec = read_onnx_spec(package)
+        else:
+            spec = read_package_spec(package)
     except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)
     if as_json:
