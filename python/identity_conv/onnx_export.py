@@ -326,7 +326,7 @@ def convert_onnx(prepared: OnnxPrepared, output: Path, spec_extras: dict[str, An
         device="cpu",
         required_ops=prepared.ops if custom else [],
         shared_dims=shared_dims(prepared.program),
-        optimizations="off (the ONNX graph is the exported graph)",
+        optimizations="the ONNX exporter's optimizer only (folds constants, drops Identity nodes)",
         onnx_mode=prepared.mode,
         **(spec_extras or {}),
     )

@@ -321,7 +321,8 @@ def export_compile(
     table.add_row("op libraries loaded", ", ".join(str(path) for path in result.op_libraries) or "none given")
     table.add_row("op libraries recorded", ", ".join(result.spec.op_libraries) or "none")
     table.add_row("package", str(result.package_path))
-    table.add_row("package size", f"{result.package_path.stat().st_size / 1e6:.2f} MB")
+    size = result.package_path.stat().st_size
+    table.add_row("package size", f"{size / 1e6:.2f} MB" if size >= 100_000 else f"{size / 1e3:.1f} kB")
     for label, report in result.checks:
         table.add_row(f"{label} (bitwise)", str(report))
     if result.reference_dir is not None:
