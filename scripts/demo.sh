@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job on the CPU default: set up .venv and build (scripts/setup.sh), export
 # and compile the IdentityModel into artifacts/model.pt2, run it from Python and from
-# C++ on the same input file, and verify both bit-for-bit.
-# Exits 0 only if both runtimes pass and their outputs have the same bits.
+# C++ on the same input file, and verify both bit-for-bit. With the optional ONNX extra
+# installed, also export artifacts/model.onnx and check it in onnxruntime against the
+# Python runtime's output. Exits 0 only if every step that ran passed.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -46,9 +47,22 @@ else
   echo "skipped: a runtime failed"
 fi
 
+# The ONNX target is an optional extra: run it when the extra is installed.
+onnx_rc=0
+onnx_result="skipped (the ONNX extra is not installed: $VENV/bin/pip install -e '.[onnx]')"
+if "$PY" -c "import onnx, onnxscript, onnxruntime, onnxruntime_extensions" 2>/dev/null; then
+  step "ONNX: export_compile onnx -> artifacts/model.onnx, then run_inference in onnxruntime"
+  "$VENV/bin/export_compile" onnx --output artifacts/model.onnx --op-lib "$LIB" --no-show-graph \
+    && "$VENV/bin/run_inference" artifacts/model.onnx --inputs artifacts/demo_input.pt \
+      --expected artifacts/demo_output_python.pt
+  onnx_rc=$?
+  onnx_result=""
+fi
+
 verdict() { [[ $1 -eq 0 ]] && echo PASSED || echo "FAILED (exit $1)"; }
 step "summary"
 printf '  %-34s %s\n' "Python runtime (run_inference)" "$(verdict $python_rc)"
 printf '  %-34s %s\n' "C++ runtime (aoti_runner)" "$(verdict $cpp_rc)"
 printf '  %-34s %s\n' "Python vs C++ outputs (bitwise)" "$(verdict $cross_rc)"
-[[ $python_rc -eq 0 && $cpp_rc -eq 0 && $cross_rc -eq 0 ]]
+printf '  %-34s %s\n' "ONNX in onnxruntime vs Python" "${onnx_result:-$(verdict $onnx_rc)}"
+[[ $python_rc -eq 0 && $cpp_rc -eq 0 && $cross_rc -eq 0 && $onnx_rc -eq 0 ]]

@@ -28,19 +28,29 @@ if [[ ! -x "$VENV/bin/python" ]]; then
 fi
 PIP=("$VENV/bin/python" -m pip)
 
-# The install stamp records what was installed, so a second run skips pip.
+# The install stamp records what was installed (torch, pyproject.toml's hash, and
+# the extras so far), so a second run skips pip when it would add nothing.
 stamp="$VENV/.identity_conv_installed"
-want="$TORCH_SPEC [$EXTRAS] $(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
-if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
+base="$TORCH_SPEC $(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
+have_base="$(sed -n 1p "$stamp" 2>/dev/null || true)"
+have_extras="$(sed -n 2p "$stamp" 2>/dev/null || true)"
+needed=()
+IFS=',' read -r -a wanted <<< "$EXTRAS"
+for extra in "${wanted[@]}"; do
+  [[ ",$have_extras," == *",$extra,"* ]] || needed+=("$extra")
+done
+if [[ "$have_base" != "$base" || ${#needed[@]} -gt 0 ]]; then
   step "installing $TORCH_SPEC"
   "${PIP[@]}" install --quiet "$TORCH_SPEC"
   step "installing the identity_conv package (editable) with extras $EXTRAS"
   # No build isolation is needed: the backend is setuptools, and torch is already in
   # the venv, so pip does not fetch a second torch for the build.
   "${PIP[@]}" install --quiet -e "$ROOT[$EXTRAS]"
-  echo "$want" > "$stamp"
+  # pip keeps what earlier extras installed, so the stamp keeps them too.
+  [[ "$have_base" == "$base" && -n "$have_extras" ]] && all="$have_extras,$EXTRAS" || all="$EXTRAS"
+  printf '%s\n%s\n' "$base" "$all" > "$stamp"
 else
-  step "reusing $VENV ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"
+  step "reusing $VENV ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'), extras $have_extras)"
 fi
 
 # The venv's cmake (4.x) can set C++20 for nvcc; its ninja keeps the build reproducible.
