@@ -48,6 +48,7 @@ if [[ "$have_base" != "$base" || ${#needed[@]} -gt 0 ]]; then
   "${PIP[@]}" install --quiet -e "$ROOT[$EXTRAS]"
   # pip keeps what earlier extras installed, so the stamp keeps them too.
   [[ "$have_base" == "$base" && -n "$have_extras" ]] && all="$have_extras,$EXTRAS" || all="$EXTRAS"
+  all="$(tr ',' '\n' <<< "$all" | awk 'NF && !seen[$0]++' | paste -sd, -)"
   printf '%s\n%s\n' "$base" "$all" > "$stamp"
 else
   step "reusing $VENV ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'), extras $have_extras)"

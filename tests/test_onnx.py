@@ -19,20 +19,26 @@ from identity_conv.cli.export_compile import app as export_compile_app
 from identity_conv.cli.run_inference import app as run_inference_app
 from identity_conv.model import IdentityModel
 from identity_conv.onnx_export import missing_onnx_packages
-from identity_conv.special_values import INT_TWIN, special_values
+from identity_conv.special_values import special_values
 from identity_conv.tensor_io import save_tensors
+from identity_conv.verify import bit_view
 
 from conftest import Build, run_cmd
 
 _MISSING = missing_onnx_packages()
-if _MISSING and os.environ.get("IDENTITY_CONV_REQUIRE_ONNX") == "1":
-    raise RuntimeError(
-        f"IDENTITY_CONV_REQUIRE_ONNX=1, but the ONNX extra is missing ({', '.join(_MISSING)}): "
-        "install it with pip install -e '.[onnx]'"
-    )
+_REQUIRED = os.environ.get("IDENTITY_CONV_REQUIRE_ONNX") == "1"
 pytestmark = pytest.mark.skipif(
-    bool(_MISSING), reason=f"the ONNX extra is not installed ({', '.join(_MISSING)}); pip install -e '.[onnx]'"
+    bool(_MISSING) and not _REQUIRED,
+    reason=f"the ONNX extra is not installed ({', '.join(_MISSING)}); pip install -e '.[onnx]'",
 )
+
+
+@pytest.fixture(autouse=True)
+def _onnx_extra() -> None:
+    """With IDENTITY_CONV_REQUIRE_ONNX=1 (scripts/test.sh), a missing extra fails each test."""
+    if _MISSING:
+        pytest.fail(f"IDENTITY_CONV_REQUIRE_ONNX=1, but the ONNX extra is missing ({', '.join(_MISSING)}): "
+                    "install it with pip install -e '.[onnx]'")
 
 # The files are exported at this shape with batch, height and width dynamic, and run
 # at RUN_SHAPE, so a file specialised to its example shape cannot pass.
@@ -67,10 +73,6 @@ def onnx_files(tmp_path_factory: pytest.TempPathFactory, op_library: Path) -> di
         "custom-domain": _export(out / "custom.onnx", "--onnx-mode", "custom-domain", "--op-lib", str(op_library)),
         "portable-float16": _export(out / "portable16.onnx", "--dtype", "float16", "--op-lib", str(op_library)),
     }
-
-
-def _bits(x: torch.Tensor) -> torch.Tensor:
-    return x.view(INT_TWIN[x.dtype])
 
 
 def _inputs(dtype: torch.dtype) -> list[torch.Tensor]:
@@ -117,7 +119,7 @@ def test_portable_file_runs_bit_exact_in_plain_onnxruntime(onnx_files, name, dty
         out = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
         expected = _eager(x)
         assert out.dtype == dtype and out.shape == expected.shape
-        assert torch.equal(_bits(out), _bits(expected))
+        assert torch.equal(bit_view(out), bit_view(expected))
 
 
 def test_custom_domain_file_has_my_ops_nodes_with_the_class_state_as_attribute(onnx_files):
@@ -151,10 +153,10 @@ def test_custom_domain_file_runs_bit_exact_with_the_op_library_kernels(onnx_file
     session = load_onnx(path, spec)
     for x in _inputs(torch.float32):
         (out,) = session.run([x])
-        assert torch.equal(_bits(out), _bits(_eager(x)))
+        assert torch.equal(bit_view(out), bit_view(_eager(x)))
 
 
-def test_custom_domain_kernels_are_the_op_librarys(onnx_files, monkeypatch):
+def test_custom_domain_kernels_are_the_op_librarys(onnx_files):
     """The my_ops nodes really call the library's kernels: a wrong channel count in the
     node's attribute reaches the class's own check."""
     import onnx
@@ -191,7 +193,7 @@ def test_run_inference_runs_onnx_files_with_tensor_files_and_expected(onnx_files
     assert "verify: output[0] vs expected[0] (bitwise): identical" in result.output
     assert result.output.rstrip().endswith("PASSED")
     (written,) = torch.load(tmp_path / "out.pt")
-    assert torch.equal(_bits(written), _bits(_eager(x)))
+    assert torch.equal(bit_view(written), bit_view(_eager(x)))
 
 
 def test_run_inference_on_onnx_flags_a_bit_difference_with_exit_1(onnx_files, tmp_path):
@@ -342,3 +344,51 @@ def test_a_differing_onnx_column_fails_the_cell(parity_matrix):
     cell = next(c for c in results if ONNX_PAIR in c.pairs)
     assert cell_passed(cell)
     assert not cell_passed(replace(cell, pairs={**cell.pairs, ONNX_PAIR: BitReport(False, 1, 1)}))
+
+
+class _CustomOnly(torch.nn.Module):
+    """Only the custom op, so special values reach a custom-domain node unchanged
+    (in the IdentityModel the native conv quiets NaNs first)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.my_ops.identity_conv_op(x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_custom_domain_nodes_keep_every_bit_but_quiet_signalling_nans(op_library, tmp_path, dtype):
+    """The documented limit of the custom-domain mode in onnxruntime: the Python ops'
+    outputs travel as Python floats (doubles), which quiets a float32 signalling NaN.
+    Every other value (-0.0, NaN payloads, infinities, subnormals) keeps its bits, and
+    float64 keeps all of them; so does the portable file."""
+    from identity_conv.onnx_export import export_onnx
+    from identity_conv.onnx_runtime import load_onnx
+
+    x = special_values(RUN_SHAPE, dtype, seed=3)
+    bits = bit_view(x)
+    width = torch.finfo(dtype).bits
+    mantissa = {torch.float32: 23, torch.float64: 52}[dtype]
+    exponent_all_ones = ((1 << (width - 1 - mantissa)) - 1) << mantissa
+    quiet_bit = 1 << (mantissa - 1)  # fits int64 for float64 too
+    nan = x.isnan().flatten()  # bit_view is flat
+    signalling = nan & ((bits & quiet_bit) == 0)
+    assert int(signalling.sum()) > 0 and int((nan & ~signalling).sum()) > 0
+    assert int((bits & exponent_all_ones)[signalling].ne(exponent_all_ones).sum()) == 0
+    for mode in ("custom-domain", "portable"):
+        exported = export_onnx(_CustomOnly(), [x], tmp_path / f"{mode}.onnx", mode)
+        (out,) = load_onnx(exported.path, exported.spec).run([x])
+        differ = bit_view(out) != bits
+        if mode == "portable" or dtype == torch.float64:  # a float64 is a Python float already
+            assert not differ.any()
+            continue
+        assert torch.equal(differ, signalling)
+        assert torch.equal(bit_view(out)[signalling], bits[signalling] | quiet_bit)
+
+
+def test_custom_domain_float16_is_refused_not_aborted(op_library, tmp_path):
+    """onnxruntime-extensions' Python ops take no float16 (they would abort the
+    process); the custom-domain file is refused with the reason instead."""
+    result = _export(tmp_path / "custom16.onnx", "--dtype", "float16", "--onnx-mode", "custom-domain",
+                     "--op-lib", str(op_library))
+    assert result.exit_code == 2, result.output
+    assert "takes float16, but onnxruntime-extensions' Python ops" in result.output
+    assert "portable mode (float16 works there)" in result.output

@@ -157,13 +157,16 @@ def package_extern_ops(package_path: str | Path) -> list[str]:
     return sorted(ops)
 
 
+def class_qualname(class_fqn: str) -> str:
+    """``"__torch__.torch.classes.ns.Name"`` -> ``"ns::Name"``."""
+    namespace, name = class_fqn.removeprefix("__torch__.torch.classes.").split(".", 1)
+    return f"{namespace}::{name}"
+
+
 def _torchbind_qualname(meta_val: object) -> str | None:
     """``CustomObjArgument(class_fqn="__torch__.torch.classes.ns.Name")`` -> ``"ns::Name"``."""
     class_fqn = getattr(meta_val, "class_fqn", None)
-    if not class_fqn:
-        return None
-    namespace, name = class_fqn.removeprefix("__torch__.torch.classes.").split(".", 1)
-    return f"{namespace}::{name}"
+    return class_qualname(class_fqn) if class_fqn else None
 
 
 _REGISTERED_AT = re.compile(r"registered at (.+?):(\d+)")

@@ -1,6 +1,7 @@
 """The ONNX deploy target, export side: torch.export, then ``torch.onnx.export`` with
 a translation for every custom op, then ``onnx.checker``. Needs the optional extra
-(``pip install -e '.[onnx]'``); nothing else in the toolkit imports this module.
+(``pip install -e '.[onnx]'``), imported only inside the functions that use it, so
+this module loads without the extra.
 
 Two modes:
 
@@ -31,7 +32,7 @@ import torch
 from torch import nn
 
 from .errors import ExportError, IdentityConvError
-from .export import export_model, graph_calls, input_specs, shared_dims
+from .export import class_qualname, export_model, graph_calls, input_specs, shared_dims
 from .onnx_translations import class_routes, portable_translation
 from .package import PackageSpec
 from .user_model import DynamicDim
@@ -100,7 +101,7 @@ def routed_classes(model: nn.Module) -> Iterator[list[str]]:
             for name, value in list(vars(module).items()):
                 if not isinstance(value, torch.ScriptObject):
                     continue
-                class_name = _script_class_name(value)
+                class_name = class_qualname(value._type().qualified_name())
                 methods = class_routes(class_name)
                 if not methods:
                     raise ExportError(
@@ -130,13 +131,6 @@ class _ClassProxy:
         namespace, name = op.split("::")
         target = getattr(getattr(torch.ops, namespace), name)
         return lambda *args: target(*args, **self._state)
-
-
-def _script_class_name(obj: torch.ScriptObject) -> str:
-    """``__torch__.torch.classes.ns.Name`` -> ``ns::Name``."""
-    qualified = obj._type().qualified_name()
-    namespace, _, name = qualified.removeprefix("__torch__.torch.classes.").partition(".")
-    return f"{namespace}::{name}"
 
 
 def _with_signature(fn: Callable[..., Any], schema: torch._C.FunctionSchema) -> Callable[..., Any]:

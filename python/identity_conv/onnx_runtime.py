@@ -3,7 +3,8 @@ in onnxruntime with the inputs validated like a .pt2 package's.
 
 A custom-domain file's nodes (``name`` in domain ``ns``) run the op library's own
 kernels: each becomes an onnxruntime-extensions Python op that calls
-``torch.ops.ns.name``. Those Python ops live in the extensions' one domain
+``torch.ops.ns.name`` (its outputs come back through Python floats, which quiets
+float32 signalling NaNs; see ``_register_py_op``). Those Python ops live in the extensions' one domain
 (``ai.onnx.contrib``), so the session loads a copy of the model whose custom nodes
 are moved there; the file on disk is not changed.
 """
@@ -17,12 +18,15 @@ import torch
 
 from .errors import PackageError
 from .onnx_export import require_onnx
-from .package import PackageSpec
-from .runtime import validate_inputs
+from .package import PackageSpec, check_model_file
+from .runtime import check_required_symbols, validate_inputs
 
 _HINT = "Create it with `export_compile onnx` (default output artifacts/model.onnx)."
 # onnx TensorProto element types -> (torch dtype, onnxruntime-extensions type name).
-_ELEM_TYPES = {1: (torch.float32, "dt_float"), 10: (torch.float16, "dt_float16"), 11: (torch.float64, "dt_double")}
+# Its Python ops take no float16: "Type float16 not supported by python customops api",
+# thrown where nothing catches it, which aborts the process; so float16 is refused first.
+_ELEM_TYPES = {1: (torch.float32, "dt_float"), 11: (torch.float64, "dt_double")}
+_ELEM_NAMES = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}
 # Python ops registered with onnxruntime-extensions in this process, by op type.
 _registered_py_ops: set[str] = set()
 # Errors the Python kernels caught during the current run. An exception that left a
@@ -35,12 +39,7 @@ def _load_proto(path: Path) -> Any:
     require_onnx()
     import onnx
 
-    if not path.exists():
-        raise PackageError(f"ONNX file not found: {path}\n{_HINT}")
-    if not path.is_file():
-        raise PackageError(f"ONNX path is not a file: {path}\n{_HINT}")
-    if path.stat().st_size == 0:
-        raise PackageError(f"ONNX file is empty (0 bytes): {path}\n{_HINT}")
+    check_model_file(path, "ONNX file", _HINT)
     try:
         proto = onnx.load(str(path), load_external_data=False)
     except Exception as error:  # protobuf's DecodeError and friends
@@ -119,20 +118,9 @@ def _kernel_errors_text() -> str:
 def load_onnx(path: str | Path, spec: PackageSpec) -> OnnxSession:
     """Load an ONNX file; for a custom-domain file its ops must be registered in this
     process first (``load_package_libraries``)."""
-    if spec.onnx_mode == "custom-domain":
-        missing = [op for op in spec.required_ops if not _has_op(op)]
-        if missing:
-            raise PackageError(
-                f"the custom-domain ONNX file {path} has nodes for {', '.join(missing)}, which no loaded op "
-                f"library registers. Load {', '.join(spec.op_libraries) or 'the library'} (pass its path "
-                "after the file or with --op-lib)."
-            )
+    # A custom-domain file's nodes run the recorded ops' kernels.
+    check_required_symbols(spec)
     return OnnxSession(path, spec)
-
-
-def _has_op(op: str) -> bool:
-    namespace, name = op.split("::")
-    return hasattr(getattr(torch.ops, namespace), name)
 
 
 def _with_python_kernels(proto: Any, spec: PackageSpec) -> Any:
@@ -152,8 +140,9 @@ def _with_python_kernels(proto: Any, spec: PackageSpec) -> Any:
         elem_type = elem_types.get(node.input[0]) if node.input else None
         if elem_type not in _ELEM_TYPES:
             raise PackageError(
-                f"{op} in {spec.onnx_mode} mode: its input has ONNX element type {elem_type}; the Python "
-                "kernels take float16, float32 and float64"
+                f"the {spec.onnx_mode} node {op} takes {_ELEM_NAMES.get(elem_type, f'ONNX element type {elem_type}')}, "
+                "but onnxruntime-extensions' Python ops, which run such nodes here, take float32 and float64 "
+                "only. Export the custom-domain file in float32, or use the portable mode (float16 works there)."
             )
         dtype, type_name = _ELEM_TYPES[elem_type]
         op_type = f"{node.domain}__{node.op_type}__{str(dtype).removeprefix('torch.')}"
@@ -190,7 +179,13 @@ def _attribute_type(value: Any) -> int:
 
 def _register_py_op(op_type: str, op: str, inputs: int, outputs: int, elem: int, attrs: dict[str, int]) -> None:
     """Register, once per process, the Python op ``op_type``: it calls ``op``'s kernel
-    on the input arrays (shared with torch, not copied) and the node's attributes."""
+    on the input arrays and the node's attributes.
+
+    onnxruntime-extensions hands a Python op's outputs back to onnxruntime as a list of
+    Python floats, so each float32 output value goes through a double: every bit
+    pattern survives that except a signalling NaN, which comes back quiet (same sign
+    and payload, quiet bit set). float64 values keep every bit. tests/test_onnx.py
+    pins both."""
     if op_type in _registered_py_ops:
         return
     from onnxruntime_extensions import onnx_op
@@ -201,18 +196,18 @@ def _register_py_op(op_type: str, op: str, inputs: int, outputs: int, elem: int,
     tensor_names = [arg.name for arg in schema.arguments if str(arg.type) == "Tensor"]
 
     def kernel(*arrays: Any, **attributes: Any) -> Any:
-        kwargs = {name: torch.from_numpy(array) for name, array in zip(tensor_names, arrays)}
-        kwargs.update({k: v.decode() if isinstance(v, bytes) else v for k, v in attributes.items()})
         try:
+            kwargs: dict[str, Any] = {name: torch.from_numpy(array) for name, array in zip(tensor_names, arrays)}
+            kwargs.update({k: v.decode() if isinstance(v, bytes) else v for k, v in attributes.items()})
             result = target(**kwargs)
+            if isinstance(result, (tuple, list)):
+                return tuple(t.numpy() for t in result)
+            return result.numpy()
         except Exception as error:  # must not leave the Python op (see _kernel_errors)
             text = str(error).strip()
             _kernel_errors.append(f"the op library's kernel of {op} failed: {text.splitlines()[0] if text else error!r}")
             placeholder = arrays[0].copy()
             return placeholder if outputs == 1 else tuple(placeholder for _ in range(outputs))
-        if isinstance(result, (tuple, list)):
-            return tuple(t.numpy() for t in result)
-        return result.numpy()
 
     onnx_op(op_type=op_type, inputs=[elem] * inputs, outputs=[elem] * outputs, attrs=attrs)(kernel)
     _registered_py_ops.add(op_type)

@@ -276,6 +276,17 @@ def rewrite_package_metadata(source: str | Path, target: str | Path, changes: di
     return target
 
 
+def check_model_file(path: Path, what: str, hint: str) -> None:
+    """Raise PackageError, naming ``what`` and ending with ``hint``, if ``path`` is
+    missing, not a file, or empty."""
+    if not path.exists():
+        raise PackageError(f"{what} not found: {path}\n{hint}")
+    if not path.is_file():
+        raise PackageError(f"{what} path is not a file: {path}\n{hint}")
+    if path.stat().st_size == 0:
+        raise PackageError(f"{what} is empty (0 bytes): {path}\n{hint}")
+
+
 def read_package_spec(path: str | Path) -> PackageSpec:
     """Check that ``path`` looks like an AOTI package and read its recorded spec.
 
@@ -285,12 +296,7 @@ def read_package_spec(path: str | Path) -> PackageSpec:
     """
     path = Path(path)
     hint = "Create it with `export_compile` (default output artifacts/model.pt2)."
-    if not path.exists():
-        raise PackageError(f"package not found: {path}\n{hint}")
-    if not path.is_file():
-        raise PackageError(f"package path is not a file: {path}\n{hint}")
-    if path.stat().st_size == 0:
-        raise PackageError(f"package is empty (0 bytes): {path}\n{hint}")
+    check_model_file(path, "package", hint)
     with path.open("rb") as file:
         magic = file.read(4)
     if magic != b"PK\x03\x04":

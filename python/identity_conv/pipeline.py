@@ -106,6 +106,35 @@ class BuildConfig:
                 shape[DYNAMIC_DIMS[name]] = 2
         return tuple(shape)
 
+    def _check_format(self) -> None:
+        """The ONNX target's own limits, and an output name that matches the format
+        (the runners tell .onnx files from .pt2 packages by the suffix)."""
+        from .onnx_export import ONNX_MODES, require_onnx
+
+        is_onnx_name = self.output.suffix.lower() == ".onnx"
+        if self.format == "pt2":
+            if is_onnx_name:
+                raise InputError(
+                    f"--output {self.output} names an ONNX file, but the target is a .pt2 package; run "
+                    "export_compile onnx for an ONNX file, or name the package *.pt2"
+                )
+            return
+        if self.onnx_mode not in ONNX_MODES:
+            raise InputError(f"unknown ONNX mode {self.onnx_mode!r}; expected one of {', '.join(ONNX_MODES)}")
+        if not is_onnx_name:
+            raise InputError(
+                f"--output {self.output}: an ONNX file must end in .onnx (the runners tell it from a .pt2 "
+                "package by the suffix)"
+            )
+        if self.device != "cpu":
+            raise InputError(
+                "the ONNX target exports on the CPU (--device cpu): the file is device-independent, and "
+                "onnxruntime picks its execution provider when it loads it"
+            )
+        if self.allow_python_ops:
+            raise InputError("--allow-python-ops applies to .pt2 packages; the ONNX target translates every op")
+        require_onnx()
+
     def check(self) -> None:
         """Raise InputError for a dtype, dynamic dim or range that cannot work."""
         if self.dtype not in DTYPES:
@@ -114,6 +143,7 @@ class BuildConfig:
             raise InputError(f"--max-ulp must be >= 0, got {self.max_ulp}")
         if self.format not in FORMATS:
             raise InputError(f"unknown format {self.format!r}; expected one of {', '.join(FORMATS)}")
+        self._check_format()
         if self.model is not None:
             if self.dynamic or self.variant != "functional":
                 raise InputError(
@@ -396,17 +426,9 @@ def _export_onnx(
 ) -> BuildResult:
     """The ONNX target's export, convert and verify stages (see onnx_export.py). The
     file's outputs are checked against eager in onnxruntime, bit for bit."""
-    from .onnx_export import convert_onnx, prepare_onnx, require_onnx
+    from .onnx_export import convert_onnx, prepare_onnx
     from .onnx_runtime import load_onnx
 
-    require_onnx()
-    if config.device != "cpu":
-        raise InputError(
-            "the ONNX target exports on the CPU (--device cpu): the file is device-independent, and "
-            "onnxruntime picks its execution provider when it loads it"
-        )
-    if config.allow_python_ops:
-        raise InputError("--allow-python-ops applies to .pt2 packages; the ONNX target translates every op")
     with stage("export"):
         prepared = prepare_onnx(model, traced, dynamic_dims, config.onnx_mode)
     with stage("convert to ONNX"):
