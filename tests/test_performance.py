@@ -201,7 +201,11 @@ def test_benchmark_tiny_run_writes_json_markdown_and_png(build, op_library, tmp_
     data = json.loads((tmp_path / "bench.json").read_text(), parse_constant=reject)
     (size,) = data["sizes"]
     assert size["shape"] == [1, 3, 16, 16]
-    assert set(size["latencies"]) == {"eager", "torch.compile", "AOTI-Python", "AOTI-C++", "floor: 4 copies"}
+    from identity_conv.onnx_export import missing_onnx_packages
+
+    # The ONNX path is measured by default whenever the ONNX extra is installed.
+    onnx = [] if missing_onnx_packages() else ["ONNX (onnxruntime)"]
+    assert list(size["latencies"]) == ["eager", "torch.compile", "AOTI-Python", "AOTI-C++", *onnx, "floor: 4 copies"]
     for latency in size["latencies"].values():
         assert 0 < latency["p50"] <= latency["p90"] <= latency["p99"] and latency["runs"] >= 3
     assert size["ratio_to_floor"]["floor: 4 copies"] == 1.0
@@ -210,6 +214,7 @@ def test_benchmark_tiny_run_writes_json_markdown_and_png(build, op_library, tmp_
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     markdown = (tmp_path / "bench.md").read_text()
     assert "| 1x3x16x16 | AOTI-C++ |" in markdown and "| target | measured | met |" in markdown
+    assert all(f"| 1x3x16x16 | {path} |" in markdown for path in onnx)
     assert "performance targets, as measured in this run" in result.output
 
 

@@ -7,6 +7,7 @@ threads. Stage functions only: the ``benchmark`` CLI prints, tables and plots.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -34,6 +35,8 @@ SIZES: dict[str, tuple[int, int, int, int]] = {
 }
 PATHS = ("eager", "torch.compile", "AOTI-Python", "AOTI-C++", "floor: 4 copies")
 FLOOR = "floor: 4 copies"
+# The portable ONNX file in onnxruntime, measured when the ONNX extra is installed.
+ONNX_PATH = "ONNX (onnxruntime)"
 # Timed runs per size at --iterations 1.0; the large sizes are slow enough that fewer
 # runs still give stable medians.
 BASE_ITERATIONS = {"1x3x224x224": 2000, "32x3x224x224": 200, "1x3x2400x2400": 60}
@@ -71,6 +74,12 @@ class SizeResult:
 
     def ratio_to_floor(self, path: str) -> float:
         return self.latencies[path].p50 / self.latencies[FLOOR].p50
+
+
+def report_paths(report: "BenchReport") -> list[str]:
+    """The paths measured in ``report``, in PATHS order, ONNX before the floor."""
+    measured = {path for size in report.sizes for path in size.latencies}
+    return [path for path in (*PATHS[:-1], ONNX_PATH, FLOOR) if path in measured]
 
 
 @dataclass
@@ -226,6 +235,7 @@ def run_benchmark(
     bandwidth_mb: float = 128.0,
     on_step: Callable[[str], None] | None = None,
     repeats: int = 3,
+    onnx: bool = False,
 ) -> BenchReport:
     """Measure every path at every size in this one run.
 
@@ -242,6 +252,8 @@ def run_benchmark(
         repeats: the compiled paths (AOTI from Python and C++, the floor, serving) are
             measured this many times; the run with the median p50 (or throughput) is
             reported, whole, so one noisy run on a shared machine does not decide.
+        onnx: also export a portable ONNX file per size and time it in a bare
+            onnxruntime session (needs the ONNX extra).
 
     Returns:
         The BenchReport; nothing is printed.
@@ -272,6 +284,9 @@ def run_benchmark(
             compiled = torch.compile(model, fullgraph=True, dynamic=False)
             compiled(x)
             latencies["torch.compile"] = time_calls(lambda: compiled(x), iterations, warmup)
+            if onnx:
+                step(f"{name}: ONNX in onnxruntime")
+                latencies[ONNX_PATH] = _time_onnx(config, work_dir / f"model_{name}.onnx", x, iterations, warmup)
             step(f"{name}: AOTI-Python and AOTI-C++ (with the floor), alternating")
             package = torch._inductor.aoti_load_package(str(package_path))
             # Alternated, so a slow phase of a shared host weighs on both alike.
@@ -283,7 +298,8 @@ def run_benchmark(
         cpp = _median_run(cpp_runs, lambda r: float(r["p50_us"]))
         latencies["AOTI-C++"] = Latency(cpp["p50_us"], cpp["p90_us"], cpp["p99_us"], int(cpp["outputs_checked"]))
         latencies[FLOOR] = Latency(cpp["floor_p50_us"], cpp["floor_p90_us"], cpp["floor_p99_us"], iterations)
-        report.sizes.append(SizeResult(name, shape, x.numel() * 4 / 1e6, {p: latencies[p] for p in PATHS},
+        order = (*PATHS[:-1], ONNX_PATH, FLOOR)
+        report.sizes.append(SizeResult(name, shape, x.numel() * 4 / 1e6, {p: latencies[p] for p in order if p in latencies},
                                        str(cpp["malloc"]), int(cpp["intra_op_threads"]), torch.get_num_threads(),
                                        int(cpp["minor_page_faults"])))
         torch._dynamo.reset()  # each size compiles afresh, not into dynamo's recompile limit
@@ -312,6 +328,20 @@ def run_benchmark(
     return report
 
 
+def _time_onnx(config: BuildConfig, output: Path, x: torch.Tensor, iterations: int, warmup: int) -> Latency:
+    """Export the config's model to a portable ONNX file (verified bit for bit like
+    any export) and time a bare onnxruntime CPU session on ``x``: numpy in, numpy out,
+    the session's default threads."""
+    import onnxruntime
+
+    result = export_and_compile(dataclasses.replace(config, format="onnx", output=output))
+    if not result.passed:
+        raise IdentityConvError(f"the ONNX file {output} does not match eager: {result.checks}")
+    session = onnxruntime.InferenceSession(str(output), providers=["CPUExecutionProvider"])
+    feed = {session.get_inputs()[0].name: x.numpy()}
+    return time_calls(lambda: session.run(None, feed), iterations, warmup)
+
+
 def _finite_or_none(value: object) -> object:
     """JSON has no NaN or infinity: such numbers become null."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -338,10 +368,11 @@ def plot(report: BenchReport, path: Path) -> Path:
 
     figure, axes = plt.subplots(figsize=(10, 5.5))
     names = [size.name for size in report.sizes]
-    width = 0.8 / len(PATHS)
-    for i, path_name in enumerate(PATHS):
+    paths = report_paths(report)
+    width = 0.8 / len(paths)
+    for i, path_name in enumerate(paths):
         values = [size.latencies[path_name].p50 for size in report.sizes]
-        positions = [j + (i - (len(PATHS) - 1) / 2) * width for j in range(len(names))]
+        positions = [j + (i - (len(paths) - 1) / 2) * width for j in range(len(names))]
         bars = axes.bar(positions, values, width, label=path_name)
         for bar, size in zip(bars, report.sizes):
             axes.annotate(f"{size.ratio_to_floor(path_name):.3g}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
@@ -396,7 +427,7 @@ def markdown_table(report: BenchReport) -> str:
     """The latency table as Markdown, for the README."""
     lines = ["| size | path | p50 (µs) | p90 (µs) | p99 (µs) | p50 / floor |", "|---|---|---|---|---|---|"]
     for size in report.sizes:
-        for path in PATHS:
+        for path in size.latencies:
             lat = size.latencies[path]
             lines.append(f"| {size.name} | {path} | {lat.p50:.1f} | {lat.p90:.1f} | {lat.p99:.1f} | "
                          f"{size.ratio_to_floor(path):.2f}x |")

@@ -4,13 +4,13 @@ ratios to the memory floor; writes a table, JSON, Markdown and a PNG plot."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
-from ..bench import FLOOR, PATHS, SIZES, markdown_table, plot, run_benchmark, targets, write_json
+from ..bench import FLOOR, SIZES, markdown_table, plot, run_benchmark, targets, write_json
 from ..errors import EXIT_MISMATCH
 from .common import OpLibOption, RunnerOption, console, exit_with, require_runner, step_progress
 
@@ -24,7 +24,8 @@ app = typer.Typer(add_completion=False, rich_markup_mode="rich")
         "setting is reported), and the floor: four copy_() calls into buffers allocated before "
         "timing, the least a 4-layer identity must move, timed inside the C++ runner with the "
         "package's thread settings. Also the op kernel's bandwidth against clone(), and the C++ "
-        "runner serving from 1 and 2 threads.\n\n"
+        "runner serving from 1 and 2 threads. With the ONNX extra installed, also the portable "
+        "ONNX file in a bare onnxruntime session (its default threads).\n\n"
         "Prints p50/p90/p99 and each path's ratio to the floor, then the performance targets "
         "as measured; writes bench.json, bench.md and bench.png to --output-dir.\n\n"
         "Exit codes: 0 measured (targets are reported, not enforced, unless --check-targets), "
@@ -55,16 +56,29 @@ def benchmark(
                      "times and report the run with the median p50 (throughput for serving)."),
     ] = 3,
     check_targets: Annotated[bool, typer.Option(help="Exit 1 if a performance target is missed.")] = False,
+    onnx: Annotated[
+        Optional[bool],
+        typer.Option(
+            "--onnx/--no-onnx",
+            help="Also time the portable ONNX file in onnxruntime. Default: on when the ONNX extra is installed.",
+            show_default=False,
+        ),
+    ] = None,
     runner: RunnerOption = Path("build/aoti_runner"),
     op_lib: OpLibOption = None,
 ) -> None:
+    from ..onnx_export import missing_onnx_packages, require_onnx
+
     names = [name.strip() for name in sizes.split(",") if name.strip()]
-    steps = 4 * len(names) + int(serving) + int(bandwidth_mb > 0)
     try:
+        if onnx:
+            require_onnx()
+        with_onnx = onnx if onnx is not None else not missing_onnx_packages()
+        steps = (4 + int(with_onnx)) * len(names) + int(serving) + int(bandwidth_mb > 0)
         require_runner(runner)
         with step_progress(steps) as on_step:
             report = run_benchmark(names, output_dir, runner, op_lib, iterations, optimize, serving, bandwidth_mb,
-                                   on_step, repeats)
+                                   on_step, repeats, onnx=with_onnx)
         json_path = write_json(report, output_dir / "bench.json")
         (output_dir / "bench.md").write_text(markdown_table(report))
         png_path = plot(report, output_dir / "bench.png")
@@ -76,7 +90,7 @@ def benchmark(
     for column in ("size", "path", "p50 µs", "p90 µs", "p99 µs", "p50 / floor"):
         table.add_column(column, justify="left" if column in ("size", "path") else "right")
     for size in report.sizes:
-        for path in PATHS:
+        for path in size.latencies:
             lat = size.latencies[path]
             style = "bold" if path in ("AOTI-C++", FLOOR) else None
             table.add_row(size.name, path, f"{lat.p50:.1f}", f"{lat.p90:.1f}", f"{lat.p99:.1f}",
