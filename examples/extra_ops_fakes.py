@@ -21,3 +21,19 @@ def _fake_affine(x: torch.Tensor, scale: float, shift: float) -> torch.Tensor:
     """
     torch._check(x.is_floating_point(), lambda: f"extra_ops::affine: expected a floating-point tensor, got {x.dtype}")
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+def _onnx_affine(op, x, scale: float, shift: float):
+    """Portable ONNX translation of ``extra_ops::affine``: ``Mul`` then ``Add``, the two
+    roundings the kernel makes (``x.mul(scale).add(shift)``), with the scalars cast
+    to x's dtype like the kernel does. Registered here, next to the fake; the toolkit
+    is imported lazily, so this module also works without it."""
+    return op.Add(op.Mul(x, op.CastLike(scale, x)), op.CastLike(shift, x))
+
+
+try:
+    from identity_conv.onnx_translations import register_onnx_translation
+except ImportError:  # the fakes work without the toolkit
+    pass
+else:
+    register_onnx_translation("extra_ops::affine", _onnx_affine)
