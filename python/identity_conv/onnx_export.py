@@ -181,6 +181,8 @@ def _custom_domain(overload: torch._ops.OpOverload) -> Callable[..., Any]:
                 f"{op}: argument {arg.name!r} of type {kind} cannot be an ONNX input or attribute "
                 "(tensors, int, float, bool and str can)"
             )
+    if not tensors:
+        raise ExportError(f"{op}: the custom-domain mode writes ops that take at least one tensor")
     if any(str(ret.type) != "Tensor" for ret in schema.returns) or not schema.returns:
         raise ExportError(f"{op}: the custom-domain mode writes ops that return tensors; it returns {schema.returns}")
     float_types = ["tensor(float16)", "tensor(float)", "tensor(double)", "tensor(bfloat16)"]

@@ -4,9 +4,9 @@ in onnxruntime with the inputs validated like a .pt2 package's.
 A custom-domain file's nodes (``name`` in domain ``ns``) run the op library's own
 kernels: each becomes an onnxruntime-extensions Python op that calls
 ``torch.ops.ns.name`` (its outputs come back through Python floats, which quiets
-float32 signalling NaNs; see ``_register_py_op``). Those Python ops live in the extensions' one domain
-(``ai.onnx.contrib``), so the session loads a copy of the model whose custom nodes
-are moved there; the file on disk is not changed.
+float32 signalling NaNs; see ``_register_py_op``). Those Python ops live in the
+extensions' one domain (``ai.onnx.contrib``), so the session loads a copy of the
+model whose custom nodes are moved there; the file on disk is not changed.
 """
 
 from __future__ import annotations
