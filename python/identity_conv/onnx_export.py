@@ -66,6 +66,14 @@ def require_onnx() -> None:
         raise OnnxUnavailableError(f"the ONNX target needs {', '.join(missing)}, which is not installed. {EXTRA_HINT}")
 
 
+def onnx_wanted(flag: bool | None) -> bool:
+    """Resolve a CLI's ``--onnx/--no-onnx``: on (the extra must be installed), off, or,
+    when not given (None), on exactly when the extra is installed."""
+    if flag:
+        require_onnx()
+    return flag if flag is not None else not missing_onnx_packages()
+
+
 def is_onnx_path(path: str | Path) -> bool:
     return Path(path).suffix.lower() == ".onnx"
 
@@ -326,8 +334,6 @@ def convert_onnx(prepared: OnnxPrepared, output: Path, spec_extras: dict[str, An
         onnx_mode=prepared.mode,
         **(spec_extras or {}),
     )
-    if not custom:
-        spec.op_libraries = []
     for key, value in spec.to_metadata().items():
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value

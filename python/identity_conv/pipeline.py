@@ -436,8 +436,8 @@ def _export_onnx(
             "is_identity": bool(getattr(model, "is_identity", False)),
             "example_shapes": [tuple(x.shape) for x in inputs],
             "fake_modules": list(config.fake_modules),
-            # The custom-domain nodes run the op library's kernels: record the libraries.
-            "op_libraries": libraries_for(prepared.ops),
+            # Custom-domain nodes run the op libraries' kernels; portable files need none.
+            "op_libraries": libraries_for(prepared.ops) if config.onnx_mode == "custom-domain" else [],
         }
         exported = convert_onnx(prepared, config.output, extras)
     with stage("verify"):

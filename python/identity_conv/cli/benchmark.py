@@ -67,13 +67,11 @@ def benchmark(
     runner: RunnerOption = Path("build/aoti_runner"),
     op_lib: OpLibOption = None,
 ) -> None:
-    from ..onnx_export import missing_onnx_packages, require_onnx
+    from ..onnx_export import onnx_wanted
 
     names = [name.strip() for name in sizes.split(",") if name.strip()]
     try:
-        if onnx:
-            require_onnx()
-        with_onnx = onnx if onnx is not None else not missing_onnx_packages()
+        with_onnx = onnx_wanted(onnx)
         steps = (4 + int(with_onnx)) * len(names) + int(serving) + int(bandwidth_mb > 0)
         require_runner(runner)
         with step_progress(steps) as on_step:

@@ -16,6 +16,8 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.text import Text
 
 from ..errors import EXIT_USAGE, IdentityConvError
+from ..onnx_export import is_onnx_path
+from ..package import PackageSpec, read_package_spec
 from ..verify import BitReport
 
 # Markup is off: messages carry paths and shapes such as "[tensor, ...]" that rich
@@ -53,6 +55,15 @@ MaxUlpOption = Annotated[
         "demands the same bits; Inductor may reorder float math in a fused kernel.",
     ),
 ]
+
+
+def read_spec(path: Path) -> PackageSpec:
+    """The recorded spec of a .pt2 package or, by its suffix, of an .onnx file."""
+    if is_onnx_path(path):
+        from ..onnx_runtime import read_onnx_spec
+
+        return read_onnx_spec(path)
+    return read_package_spec(path)
 
 
 def require_runner(runner: Path) -> Path:

@@ -11,9 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ..onnx_export import is_onnx_path
-from ..package import read_package_spec
-from .common import console, exit_with
+from .common import console, exit_with, read_spec
 
 app = typer.Typer(add_completion=False)
 
@@ -31,12 +29,7 @@ def inspect_package(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     try:
-        if is_onnx_path(package):
-            from ..onnx_runtime import read_onnx_spec
-
-            spec = read_onnx_spec(package)
-        else:
-            spec = read_package_spec(package)
+        spec = read_spec(package)
     except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)
     if as_json:

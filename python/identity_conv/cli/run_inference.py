@@ -11,11 +11,10 @@ import typer
 
 from ..errors import EXIT_MISMATCH
 from ..onnx_export import is_onnx_path
-from ..package import read_package_spec
 from ..runtime import load_package, load_package_libraries, make_random_inputs, to_package_device
 from ..tensor_io import load_tensors, save_tensors
 from ..verify import compare_tensor_lists
-from .common import FakeModuleOption, MaxUlpOption, console, exit_with, print_bit_reports
+from .common import FakeModuleOption, MaxUlpOption, console, exit_with, print_bit_reports, read_spec
 
 app = typer.Typer(add_completion=False, rich_markup_mode="rich")
 
@@ -62,16 +61,16 @@ def run_inference(
 ) -> None:
     try:
         onnx = is_onnx_path(model_path)
-        if onnx:
-            from ..onnx_runtime import load_onnx, read_onnx_spec
-
-            spec = read_onnx_spec(model_path)
-        else:
-            spec = read_package_spec(model_path)
+        spec = read_spec(model_path)
         libraries = load_package_libraries(spec, [*(op_lib_paths or []), *(op_lib or [])], list(fake_module or []))
         for library in libraries:
             console.print(f"loaded op library {library}")
-        package = load_onnx(model_path, spec) if onnx else load_package(model_path, spec)
+        if onnx:
+            from ..onnx_runtime import load_onnx
+
+            package = load_onnx(model_path, spec)
+        else:
+            package = load_package(model_path, spec)
         if onnx:
             console.print(f"runtime: onnxruntime (CPU), {spec.onnx_mode} ONNX file")
         if inputs is None:

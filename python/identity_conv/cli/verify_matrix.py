@@ -52,12 +52,10 @@ def verify_matrix(
         ),
     ] = None,
 ) -> None:
-    from ..onnx_export import missing_onnx_packages, require_onnx
+    from ..onnx_export import onnx_wanted
 
     try:
-        if onnx:
-            require_onnx()
-        with_onnx = onnx if onnx is not None else not missing_onnx_packages()
+        with_onnx = onnx_wanted(onnx)
         require_runner(runner)
         library = load_op_library(op_lib)
         axes = (_split(dtypes), _split(shapes), _split(inputs))
