@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from identity_conv.cli.export_compile import app as export_compile_app
 from identity_conv.ops import load_op_library
-from identity_conv.tensor_io import save_tensors
+from identity_conv.runtime.tensor_files import save_tensors
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -146,8 +146,8 @@ def parity_matrix(tmp_path_factory: pytest.TempPathFactory, build: Build, op_lib
     """The full parity matrix, once: 4 dtypes x static/dynamic x random/special, with
     the ONNX column when the ONNX extra is installed. Its packages (e.g.
     model_float32_dynamic.pt2) are shared with other tests."""
-    from identity_conv.onnx_export import missing_onnx_packages
-    from identity_conv.parity import run_matrix
+    from identity_conv.build.onnx_export import missing_onnx_packages
+    from identity_conv.verify.parity import run_matrix
 
     work_dir = tmp_path_factory.mktemp("parity")
     return work_dir, run_matrix(work_dir, build.runner, op_library, onnx=not missing_onnx_packages())
@@ -155,7 +155,7 @@ def parity_matrix(tmp_path_factory: pytest.TempPathFactory, build: Build, op_lib
 
 @pytest.fixture(scope="session")
 def dynamic_package(parity_matrix) -> Path:
-    """float32, batch 1..8, height and width 1..64 (see identity_conv.parity)."""
+    """float32, batch 1..8, height and width 1..64 (see identity_conv.verify.parity)."""
     work_dir, _ = parity_matrix
     return work_dir / "model_float32_dynamic.pt2"
 
@@ -163,6 +163,6 @@ def dynamic_package(parity_matrix) -> Path:
 def rewrite_metadata(source: Path, target: Path, changes: dict[str, str | None]) -> Path:
     """Copy an AOTI package, editing the metadata JSON files it carries: a value of
     None deletes the key. Used to craft packages from other devices and hosts."""
-    from identity_conv.package import rewrite_package_metadata
+    from identity_conv.package.spec import rewrite_package_metadata
 
     return rewrite_package_metadata(source, target, changes)

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from conftest import requires_cuda, run_both_runtimes, run_cmd
 from identity_conv.cli.export_compile import app as export_compile_app
-from identity_conv.model import IdentityModel, IdentityOutModel
-from identity_conv.train import train_channel_scale
+from identity_conv.models.identity import IdentityModel, IdentityOutModel
+from identity_conv.models.train import train_channel_scale
 
 FLOAT_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]

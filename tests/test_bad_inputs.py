@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import rewrite_metadata, run_both_runtimes, run_cmd, run_cpp_runtime, run_python_runtime
-from identity_conv.host import instruction_set_flags
+from identity_conv.package.host import instruction_set_flags
 
 
 @dataclass(frozen=True)
@@ -196,8 +196,8 @@ def test_bad_op_library_in_both_runtimes(ctx, build, lib, python_message, cpp_me
 
 def test_sparse_input_is_rejected_by_the_python_runtime(compiled_package):
     from identity_conv.errors import InputError
-    from identity_conv.package import read_package_spec
-    from identity_conv.runtime import validate_inputs
+    from identity_conv.package.spec import read_package_spec
+    from identity_conv.runtime.aoti import validate_inputs
 
     spec = read_package_spec(compiled_package.path)
     with pytest.raises(InputError, match="input\\[0\\]: expected a dense .strided. tensor, got layout torch.sparse_coo"):
@@ -206,8 +206,8 @@ def test_sparse_input_is_rejected_by_the_python_runtime(compiled_package):
 
 def test_meta_device_input_is_rejected_by_the_python_runtime(compiled_package):
     from identity_conv.errors import InputError
-    from identity_conv.package import read_package_spec
-    from identity_conv.runtime import validate_inputs
+    from identity_conv.package.spec import read_package_spec
+    from identity_conv.runtime.aoti import validate_inputs
 
     spec = read_package_spec(compiled_package.path)
     with pytest.raises(InputError, match="input\\[0\\]: expected a tensor on cpu, got one on meta"):

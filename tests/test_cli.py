@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from identity_conv.cli.compare_tensors import app as compare_app
 from identity_conv.cli.export_compile import app as export_compile_app
 from identity_conv.cli.run_inference import app as run_inference_app
-from identity_conv.tensor_io import load_tensors, save_tensors
+from identity_conv.runtime.tensor_files import load_tensors, save_tensors
 
 runner = CliRunner()
 
@@ -179,7 +179,7 @@ def test_inspect_package_table_and_json_match_the_cpp_runner(build, dynamic_pack
     assert lines[0] == f"package: {dynamic_package}"
     cpp_rows = [tuple(line.split(": ", 1)) if ": " in line else (line.rstrip(":"), "") for line in lines[1:]]
     # The same rows, names and order in both runtimes.
-    from identity_conv.package import read_package_spec
+    from identity_conv.package.spec import read_package_spec
 
     assert cpp_rows == read_package_spec(dynamic_package).describe()
     assert dict(cpp_rows)["input[0]"] == "[1..8, 3, 1..64, 1..64] float32"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from identity_conv.export import export_model, graph_calls
-from identity_conv.model import IdentityModel
-from identity_conv.package import read_package_spec
+from identity_conv.build.export import export_model, graph_calls
+from identity_conv.models.identity import IdentityModel
+from identity_conv.package.spec import read_package_spec
 
 
 def test_exported_graph_calls_the_torchbind_class_and_the_custom_op(op_library):

@@ -46,7 +46,7 @@ def test_missing_library_error_names_every_path_tried(tmp_path):
     # A fresh process: in this one the library is loaded already and would be reused.
     result = _load_in_fresh_process(
         "from pathlib import Path\n"
-        "from identity_conv import ops\n"
+        "from identity_conv.ops import loader as ops\n"
         "from identity_conv.errors import OpLibraryError\n"
         f"ops._REPO_ROOT = Path({str(tmp_path / 'checkout')!r})\n"
         "try:\n"
@@ -75,11 +75,11 @@ def test_default_load_after_an_explicit_path_needs_no_build_folder(build, tmp_pa
     copy.parent.mkdir()
     copy.write_bytes(build.op_library.read_bytes())
     result = _load_in_fresh_process(
-        "from identity_conv import ops\n"
+        "from identity_conv.ops import loader as ops\n"
         "from pathlib import Path\n"
         f"ops._REPO_ROOT = Path({str(tmp_path)!r})\n"
         f"first = ops.load_op_library({str(copy)!r})\n"
-        "from identity_conv.model import IdentityModel\n"
+        "from identity_conv.models.identity import IdentityModel\n"
         "IdentityModel(3)\n"
         "print('same' if ops.load_op_library() == first else 'different')\n",
     )

@@ -17,11 +17,11 @@ from typer.testing import CliRunner
 
 from identity_conv.cli.export_compile import app as export_compile_app
 from identity_conv.cli.run_inference import app as run_inference_app
-from identity_conv.model import IdentityModel
-from identity_conv.onnx_export import missing_onnx_packages
-from identity_conv.special_values import special_values
-from identity_conv.tensor_io import save_tensors
-from identity_conv.verify import bit_view
+from identity_conv.models.identity import IdentityModel
+from identity_conv.build.onnx_export import missing_onnx_packages
+from identity_conv.verify.special_values import special_values
+from identity_conv.runtime.tensor_files import save_tensors
+from identity_conv.verify.bits import bit_view
 
 from conftest import Build, run_cmd
 
@@ -143,7 +143,7 @@ def test_plain_onnxruntime_cannot_run_the_custom_domain_file(onnx_files):
 
 
 def test_custom_domain_file_runs_bit_exact_with_the_op_library_kernels(onnx_files):
-    from identity_conv.onnx_runtime import load_onnx, read_onnx_spec
+    from identity_conv.runtime.onnx_runtime import load_onnx, read_onnx_spec
 
     path = onnx_files["custom-domain"].path
     spec = read_onnx_spec(path)
@@ -161,7 +161,7 @@ def test_custom_domain_kernels_are_the_op_librarys(onnx_files):
     node's attribute reaches the class's own check."""
     import onnx
 
-    from identity_conv.onnx_runtime import load_onnx, read_onnx_spec
+    from identity_conv.runtime.onnx_runtime import load_onnx, read_onnx_spec
     from identity_conv.errors import PackageError
 
     path = onnx_files["custom-domain"].path
@@ -262,7 +262,7 @@ def test_an_op_without_translation_is_named(tmp_path, op_library):
 def test_a_torchbind_class_without_route_is_named(op_library, monkeypatch):
     from identity_conv import onnx_translations
     from identity_conv.errors import ExportError
-    from identity_conv.onnx_export import prepare_onnx
+    from identity_conv.build.onnx_export import prepare_onnx
 
     monkeypatch.setattr(onnx_translations, "_CLASS_ROUTES", {})
     model = IdentityModel(3).eval()
@@ -325,7 +325,7 @@ def test_inspect_package_reads_onnx_files(onnx_files):
 def test_the_parity_matrix_onnx_column(parity_matrix):
     """float32 and float16: the portable file in onnxruntime has eager's bits in every
     cell, special values included. bfloat16 and float64: n/a, with the reason."""
-    from identity_conv.parity import ONNX_PAIR, cell_passed
+    from identity_conv.verify.parity import ONNX_PAIR, cell_passed
 
     _, results = parity_matrix
     for cell in results:
@@ -341,8 +341,8 @@ def test_the_parity_matrix_onnx_column(parity_matrix):
 def test_a_differing_onnx_column_fails_the_cell(parity_matrix):
     from dataclasses import replace
 
-    from identity_conv.parity import ONNX_PAIR, cell_passed
-    from identity_conv.verify import BitReport
+    from identity_conv.verify.parity import ONNX_PAIR, cell_passed
+    from identity_conv.verify.bits import BitReport
 
     _, results = parity_matrix
     cell = next(c for c in results if ONNX_PAIR in c.pairs)
@@ -364,8 +364,8 @@ def test_custom_domain_nodes_keep_every_bit_but_quiet_signalling_nans(op_library
     outputs travel as Python floats (doubles), which quiets a float32 signalling NaN.
     Every other value (-0.0, NaN payloads, infinities, subnormals) keeps its bits, and
     float64 keeps all of them; so does the portable file."""
-    from identity_conv.onnx_export import export_onnx
-    from identity_conv.onnx_runtime import load_onnx
+    from identity_conv.build.onnx_export import export_onnx
+    from identity_conv.runtime.onnx_runtime import load_onnx
 
     x = special_values(RUN_SHAPE, dtype, seed=3)
     bits = bit_view(x)

@@ -8,9 +8,9 @@ import torch
 from typer.testing import CliRunner
 
 from identity_conv.cli.verify_matrix import app as verify_app
-from identity_conv.model import IdentityModel
-from identity_conv.package import DTYPES
-from identity_conv.parity import (
+from identity_conv.models.identity import IdentityModel
+from identity_conv.package.spec import DTYPES
+from identity_conv.verify.parity import (
     IDENTITY_PAIR,
     RUNTIME_PAIRS,
     attribute_layers,
@@ -72,8 +72,8 @@ def test_cell_fails_when_a_runtime_pair_differs(parity_matrix):
 def test_cell_fails_on_unexplained_or_random_input_deviations(parity_matrix):
     from dataclasses import replace
 
-    from identity_conv.parity import LayerChange
-    from identity_conv.verify import BitReport
+    from identity_conv.verify.parity import LayerChange
+    from identity_conv.verify.bits import BitReport
 
     _, results = parity_matrix
     special = next(c for c in results if c.input_kind == "special")

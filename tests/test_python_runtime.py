@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from identity_conv.errors import InputError, PackageError
-from identity_conv.package import read_package_spec
-from identity_conv.runtime import load_package
-from identity_conv.verify import compare_bits
+from identity_conv.package.spec import read_package_spec
+from identity_conv.runtime.aoti import load_package
+from identity_conv.verify.bits import compare_bits
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def test_missing_package(tmp_path):
 
 
 def test_instruction_set_flags_keep_isa_flags_only():
-    from identity_conv.host import instruction_set_flags, missing_cpu_flags
+    from identity_conv.package.host import instruction_set_flags, missing_cpu_flags
 
     x86 = {"fpu", "sse2", "avx2", "avx512f", "avx512_vnni", "amx_tile", "hypervisor", "tsc", "fma", "lm"}
     assert instruction_set_flags(x86) == ["amx_tile", "avx2", "avx512_vnni", "avx512f", "fma", "sse2"]
@@ -81,7 +81,7 @@ def test_instruction_set_flags_keep_isa_flags_only():
 
 @pytest.mark.parametrize("text", ["float32", ":1,2", "float32:1..", "float32:4..2", "float32:-1", "float32:a"])
 def test_malformed_input_specs_are_refused(text):
-    from identity_conv.package import TensorSpec
+    from identity_conv.package.spec import TensorSpec
 
     with pytest.raises(PackageError, match="package metadata is malformed"):
         TensorSpec.decode(text)

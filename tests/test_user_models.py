@@ -17,11 +17,12 @@ from conftest import REPO_ROOT, Build, run_cmd
 from identity_conv.cli.export_compile import app as export_compile_app
 from identity_conv.cli.run_inference import app as run_inference_app
 from identity_conv.errors import InputError, ModelError
-from identity_conv.export import python_only_ops
-from identity_conv.package import read_package_spec
-from identity_conv.tensor_io import load_tensors, save_tensors
-from identity_conv.user_model import flatten_outputs, load_model, parse_dynamic_dim, parse_model_args
-from identity_conv.verify import compare_bits, ulp_distance
+from identity_conv.build.export import python_only_ops
+from identity_conv.package.spec import read_package_spec
+from identity_conv.runtime.tensor_files import load_tensors, save_tensors
+from identity_conv.cli.parsing import parse_dynamic_dim, parse_model_args
+from identity_conv.models.user import flatten_outputs, load_model
+from identity_conv.verify.bits import compare_bits, ulp_distance
 
 RUN_INFERENCE = Path(sys.executable).parent / "run_inference"
 
@@ -294,7 +295,7 @@ def test_python_only_package_runs_in_python_with_its_module(python_only):
 def test_python_only_ops_detection(op_library):
     import torch.ao.quantization.fx._decomposed  # noqa: F401  (Python-defined ops Inductor compiles)
 
-    from identity_conv.export import GraphCalls
+    from identity_conv.build.export import GraphCalls
 
     sys.path.insert(0, str(REPO_ROOT))
     import examples.python_op_model  # noqa: F401  (registers python_only_example::double)
@@ -357,8 +358,8 @@ def test_ulp_reports_agree_between_runtimes_in_every_dtype(parity_matrix, build,
     """An identity package per dtype, and an expected file with a value 2 ULP up, a
     NaN against a number, a value mirrored across zero and -0.0 against +0.0: both
     runtimes print the same report, with the ULP distance verify.py computes."""
-    from identity_conv.package import DTYPES
-    from identity_conv.parity import STATIC_SHAPE
+    from identity_conv.package.spec import DTYPES
+    from identity_conv.verify.parity import STATIC_SHAPE
 
     work_dir, _ = parity_matrix
     package = work_dir / f"model_{dtype}_static.pt2"

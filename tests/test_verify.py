@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from identity_conv.errors import VerificationError
-from identity_conv.verify import compare_bits, compare_tensor_lists
+from identity_conv.verify.bits import compare_bits, compare_tensor_lists
 
 
 def test_identical_tensors():

@@ -11,7 +11,10 @@ from .errors import (
     PackageError,
     VerificationError,
 )
+from . import _moved
 from .ops import identity_conv, load_op_library
+
+_moved.install()
 
 __all__ = [
     "CompileError",

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ..bench import FLOOR, SIZES, markdown_table, plot, run_benchmark, targets, write_json
+from ..bench.benchmark import FLOOR, SIZES, markdown_table, plot, run_benchmark, targets, write_json
 from ..errors import EXIT_MISMATCH
 from .common import OpLibOption, RunnerOption, console, exit_with, require_runner, step_progress
 
@@ -67,7 +67,7 @@ def benchmark(
     runner: RunnerOption = Path("build/aoti_runner"),
     op_lib: OpLibOption = None,
 ) -> None:
-    from ..onnx_export import onnx_wanted
+    from ..build.onnx_export import onnx_wanted
 
     names = [name.strip() for name in sizes.split(",") if name.strip()]
     try:

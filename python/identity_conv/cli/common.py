@@ -16,9 +16,9 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.text import Text
 
 from ..errors import EXIT_USAGE, IdentityConvError
-from ..onnx_export import is_onnx_path
-from ..package import PackageSpec, read_package_spec
-from ..verify import BitReport
+from ..build.onnx_export import is_onnx_path
+from ..package.spec import PackageSpec, read_package_spec
+from ..verify.bits import BitReport
 
 # Markup is off: messages carry paths and shapes such as "[tensor, ...]" that rich
 # would otherwise take for style tags. Styles are passed explicitly instead. Lines
@@ -60,7 +60,7 @@ MaxUlpOption = Annotated[
 def read_spec(path: Path) -> PackageSpec:
     """The recorded spec of a .pt2 package or, by its suffix, of an .onnx file."""
     if is_onnx_path(path):
-        from ..onnx_runtime import read_onnx_spec
+        from ..runtime.onnx_runtime import read_onnx_spec
 
         return read_onnx_spec(path)
     return read_package_spec(path)

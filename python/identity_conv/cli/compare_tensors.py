@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 
 from ..errors import EXIT_MISMATCH
-from ..tensor_io import load_tensors
-from ..verify import compare_tensor_lists
+from ..runtime.tensor_files import load_tensors
+from ..verify.bits import compare_tensor_lists
 from .common import exit_with, print_bit_reports
 
 app = typer.Typer(add_completion=False)

@@ -10,10 +10,10 @@ from typing import Annotated, List, Optional
 import typer
 
 from ..errors import EXIT_MISMATCH
-from ..onnx_export import is_onnx_path
-from ..runtime import load_package, load_package_libraries, make_random_inputs, to_package_device
-from ..tensor_io import load_tensors, save_tensors
-from ..verify import compare_tensor_lists
+from ..build.onnx_export import is_onnx_path
+from ..runtime.aoti import load_package, load_package_libraries, make_random_inputs, to_package_device
+from ..runtime.tensor_files import load_tensors, save_tensors
+from ..verify.bits import compare_tensor_lists
 from .common import FakeModuleOption, MaxUlpOption, console, exit_with, print_bit_reports, read_spec
 
 app = typer.Typer(add_completion=False, rich_markup_mode="rich")
@@ -66,7 +66,7 @@ def run_inference(
         for library in libraries:
             console.print(f"loaded op library {library}")
         if onnx:
-            from ..onnx_runtime import load_onnx
+            from ..runtime.onnx_runtime import load_onnx
 
             package = load_onnx(model_path, spec)
         else:

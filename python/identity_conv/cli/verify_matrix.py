@@ -12,9 +12,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import EXIT_MISMATCH
-from ..ops import load_op_library
-from ..package import DTYPES
-from ..parity import IDENTITY_PAIR, INPUT_KINDS, ONNX_PAIR, RUNTIME_PAIRS, SHAPE_MODES, cell_passed, matrix_passed, run_matrix
+from ..ops.loader import load_op_library
+from ..package.spec import DTYPES
+from ..verify.parity import IDENTITY_PAIR, INPUT_KINDS, ONNX_PAIR, RUNTIME_PAIRS, SHAPE_MODES, cell_passed, matrix_passed, run_matrix
 from .common import OpLibOption, RunnerOption, console, exit_with, require_runner, step_progress, verdict
 
 app = typer.Typer(add_completion=False)
@@ -52,7 +52,7 @@ def verify_matrix(
         ),
     ] = None,
 ) -> None:
-    from ..onnx_export import onnx_wanted
+    from ..build.onnx_export import onnx_wanted
 
     try:
         with_onnx = onnx_wanted(onnx)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .special_values import INT_TWIN, special_values
+from ..verify.special_values import INT_TWIN, special_values
 
 _aten = torch.ops.aten
 # conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1)

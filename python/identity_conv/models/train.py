@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .model import IdentityModel
+from ..models.identity import IdentityModel
 
 
 @dataclass

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .ops import load_op_library
+from ..ops.loader import load_op_library
 
 
 def _identity_depthwise_conv(channels: int) -> nn.Conv2d:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import PackageError
+from ..errors import PackageError
 
 META_PREFIX = "identity_conv."
 FORMAT_VERSION = "1"

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import torch
 
-from .errors import IdentityConvError
-from .model import IdentityModel
-from .ops import load_op_library
-from .pipeline import BuildConfig, export_and_compile
-from .tensor_io import save_tensors
+from ..errors import IdentityConvError
+from ..models.identity import IdentityModel
+from ..ops.loader import load_op_library
+from ..build.pipeline import BuildConfig, export_and_compile
+from ..runtime.tensor_files import save_tensors
 
 # name -> NCHW shape of the float32 input.
 SIZES: dict[str, tuple[int, int, int, int]] = {

@@ -31,11 +31,11 @@ import numpy
 import torch
 from torch import nn
 
-from .errors import ExportError, IdentityConvError
-from .export import class_qualname, export_model, graph_calls, input_specs, shared_dims
-from .onnx_translations import class_routes, portable_translation
-from .package import PackageSpec
-from .user_model import DynamicDim
+from ..errors import ExportError, IdentityConvError
+from ..build.export import class_qualname, export_model, graph_calls, input_specs, shared_dims
+from ..build.onnx_translations import class_routes, portable_translation
+from ..package.spec import PackageSpec
+from ..models.user import DynamicDim
 
 ONNX_MODES = ("portable", "custom-domain")
 # The PyPI packages of the extra, by import name.

@@ -18,11 +18,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from .cache import cache_key
-from .compile import compile_package
-from .errors import ExportError, InputError, PackageError, VerificationError
-from .host import instruction_set_flags
-from .export import (
+from ..build.cache import cache_key
+from ..build.compile import compile_package
+from ..errors import ExportError, InputError, PackageError, VerificationError
+from ..package.host import instruction_set_flags
+from ..build.export import (
     GraphCalls,
     export_model,
     graph_calls,
@@ -31,14 +31,14 @@ from .export import (
     python_only_ops,
     shared_dims,
 )
-from .model import MODEL_VARIANTS, IdentityModel, IdentityOutModel
-from .ops import libraries_for, load_op_libraries, load_op_library
-from .optimize import optimize_program
-from .package import DTYPES, PackageSpec, read_package_spec, rewrite_package_metadata
-from .runtime import load_package
-from .tensor_io import save_tensors
-from .user_model import DynamicDim, flatten_outputs, import_modules, load_model
-from .verify import BitReport, compare_bits
+from ..models.identity import MODEL_VARIANTS, IdentityModel, IdentityOutModel
+from ..ops.loader import libraries_for, load_op_libraries, load_op_library
+from ..build.optimize import optimize_program
+from ..package.spec import DTYPES, PackageSpec, read_package_spec, rewrite_package_metadata
+from ..runtime.aoti import load_package
+from ..runtime.tensor_files import save_tensors
+from ..models.user import DynamicDim, flatten_outputs, import_modules, load_model
+from ..verify.bits import BitReport, compare_bits
 
 STAGES = ("load op libraries", "build model", "export", "compile", "verify")
 # The stages of the ONNX target (export_compile onnx).
@@ -109,7 +109,7 @@ class BuildConfig:
     def _check_format(self) -> None:
         """The ONNX target's own limits, and an output name that matches the format
         (the runners tell .onnx files from .pt2 packages by the suffix)."""
-        from .onnx_export import ONNX_MODES, require_onnx
+        from ..build.onnx_export import ONNX_MODES, require_onnx
 
         is_onnx_name = self.output.suffix.lower() == ".onnx"
         if self.format == "pt2":
@@ -426,8 +426,8 @@ def _export_onnx(
 ) -> BuildResult:
     """The ONNX target's export, convert and verify stages (see onnx_export.py). The
     file's outputs are checked against eager in onnxruntime, bit for bit."""
-    from .onnx_export import convert_onnx, prepare_onnx
-    from .onnx_runtime import load_onnx
+    from ..build.onnx_export import convert_onnx, prepare_onnx
+    from ..runtime.onnx_runtime import load_onnx
 
     with stage("export"):
         prepared = prepare_onnx(model, traced, dynamic_dims, config.onnx_mode)

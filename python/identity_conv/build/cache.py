@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-_TOOLKIT_DIR = Path(__file__).resolve().parent
+_TOOLKIT_DIR = Path(__file__).resolve().parents[1]
 
 
 def _file_digest(path: Path) -> str:

@@ -55,3 +55,22 @@ def portable_translation(op: str) -> PortableTranslation | None:
 def class_routes(class_name: str) -> dict[str, str]:
     """``{method: op}`` for the routed methods of ``class_name``."""
     return {method: op for (name, method), op in _CLASS_ROUTES.items() if name == class_name}
+
+
+# The project's own ops. The op and the class's forward are identities, so ONNX's
+# Identity is exact; the class reaches ONNX through its op over the flattened state.
+# Registered here, where the ONNX export reads them, so the op loader needs no ONNX.
+def _onnx_identity_conv(op: Any, x: Any) -> Any:
+    """Portable ONNX translation of ``my_ops::identity_conv_op``: ``Identity``."""
+    return op.Identity(x)
+
+
+def _onnx_identity_conv_class_forward(op: Any, x: Any, channels: int) -> Any:
+    """Portable ONNX translation of the class's forward. The channel check stays in
+    the graph's input shape, whose channel dim is static."""
+    return op.Identity(x)
+
+
+register_onnx_translation("my_ops::identity_conv_op", _onnx_identity_conv)
+register_onnx_translation("my_ops::identity_conv_class_forward", _onnx_identity_conv_class_forward)
+register_onnx_class_route("my_ops::IdentityConvClass", "forward", "my_ops::identity_conv_class_forward")

@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .errors import ExportError
-from .package import DimSpec, TensorSpec, dtype_name
-from .user_model import DynamicDim
+from ..errors import ExportError
+from ..package.spec import DimSpec, TensorSpec, dtype_name
+from ..models.user import DynamicDim
 
 # Namespaces of ops that every libtorch has; anything else comes from a library.
 _BUILTIN_NAMESPACES = {"aten", "prims", "higher_order", "prim", "_operator"}

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import InputError, VerificationError
+from ..errors import InputError, VerificationError
 
 _INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 

@@ -14,14 +14,14 @@ from typing import Any
 
 import torch
 
-from .errors import IdentityConvError, PackageError
-from .model import IdentityModel
-from .package import DTYPES, read_package_spec
-from .pipeline import BuildConfig, export_and_compile, seeded_input
-from .runtime import load_package
-from .special_values import special_values
-from .tensor_io import load_tensors, save_tensors
-from .verify import BitReport, bit_view, compare_bits
+from ..errors import IdentityConvError, PackageError
+from ..models.identity import IdentityModel
+from ..package.spec import DTYPES, read_package_spec
+from ..build.pipeline import BuildConfig, export_and_compile, seeded_input
+from ..runtime.aoti import load_package
+from ..verify.special_values import special_values
+from ..runtime.tensor_files import load_tensors, save_tensors
+from ..verify.bits import BitReport, bit_view, compare_bits
 
 SHAPE_MODES = ("static", "dynamic")
 INPUT_KINDS = ("random", "special")
@@ -215,7 +215,7 @@ def _onnx_session(config: BuildConfig, dtype: str) -> tuple[Any, str]:
     """Export the config's model to a portable ONNX file next to its package and
     load it: (session, "") or, for a dtype the ONNX target cannot run,
     (None, why). Any other failure raises."""
-    from .onnx_runtime import load_onnx
+    from ..runtime.onnx_runtime import load_onnx
 
     onnx_config = dataclasses.replace(config, format="onnx", output=config.output.with_suffix(".onnx"))
     try:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import IdentityConvError, InputError
+from ..errors import IdentityConvError, InputError
 
 _HINT = "Write it with torch.save([tensor, ...], path) or with a runner's --outputs."
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import torch
 import torch.utils._pytree as pytree
 
-from .errors import InputError, PackageError
-from .host import host_cpu_flags, missing_cpu_flags
-from .ops import LIBRARY_NAME, load_op_libraries, load_op_library
-from .package import DTYPES, PackageSpec, dtype_name
-from .user_model import import_modules
+from ..errors import InputError, PackageError
+from ..package.host import host_cpu_flags, missing_cpu_flags
+from ..ops.loader import LIBRARY_NAME, load_op_libraries, load_op_library
+from ..package.spec import DTYPES, PackageSpec, dtype_name
+from ..models.user import import_modules
 
 
 def load_package_libraries(

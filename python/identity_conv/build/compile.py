@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from .errors import CompileError
-from .package import PackageSpec
+from ..errors import CompileError
+from ..package.spec import PackageSpec
 
 
 def compile_package(

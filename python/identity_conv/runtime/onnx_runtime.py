@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 
-from .errors import PackageError
-from .onnx_export import require_onnx
-from .package import PackageSpec, check_model_file
-from .runtime import check_required_symbols, validate_inputs
+from ..errors import PackageError
+from ..build.onnx_export import require_onnx
+from ..package.spec import PackageSpec, check_model_file
+from ..runtime.aoti import check_required_symbols, validate_inputs
 
 _HINT = "Create it with `export_compile onnx` (default output artifacts/model.onnx)."
 # onnx TensorProto element types -> (torch dtype, onnxruntime-extensions type name).

@@ -4,7 +4,6 @@ default; everything here works for any exportable module."""
 
 from __future__ import annotations
 
-import ast
 import importlib
 import os
 import re
@@ -16,10 +15,9 @@ import torch
 import torch.utils._pytree as pytree
 from torch import nn
 
-from .errors import InputError, ModelError
+from ..errors import InputError, ModelError
 
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-_POSITION = re.compile(r"^(\d+)\.(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -41,58 +39,6 @@ class DynamicDim:
     def __str__(self) -> str:
         where = ",".join(f"{i}.{d}" for i, d in self.positions)
         return f"{where}={self.min}:{self.max}"
-
-
-def parse_dynamic_dim(text: str) -> DynamicDim:
-    """``"0.0,1.0=1:64"`` -> dim 0 of inputs 0 and 1, one shared size in [1, 64].
-
-    Raises:
-        InputError: the text does not follow INPUT.DIM[,INPUT.DIM...]=MIN:MAX.
-    """
-    hint = "expected INPUT.DIM[,INPUT.DIM...]=MIN:MAX, e.g. 0.0=1:64 (input 0, dim 0, sizes 1 to 64)"
-    where, eq, bounds = text.partition("=")
-    low, colon, high = bounds.partition(":")
-    positions = []
-    for part in where.split(","):
-        match = _POSITION.match(part.strip())
-        if not match:
-            raise InputError(f"--dynamic-dim {text!r}: bad position {part!r}; {hint}")
-        positions.append((int(match.group(1)), int(match.group(2))))
-    try:
-        if not eq or not colon:
-            raise ValueError
-        low_value, high_value = int(low), int(high)
-    except ValueError:
-        raise InputError(f"--dynamic-dim {text!r}: bad range {bounds!r}; {hint}") from None
-    if not 1 <= low_value < high_value:
-        raise InputError(f"--dynamic-dim {text!r}: the range holds fewer than two sizes; expected 1 <= MIN < MAX")
-    return DynamicDim(tuple(positions), low_value, high_value)
-
-
-def parse_shape(text: str) -> tuple[int, ...]:
-    """``"1,3,224,224"`` -> (1, 3, 224, 224); an empty text is a 0-d tensor."""
-    try:
-        shape = tuple(int(size) for size in text.split(",")) if text.strip() else ()
-    except ValueError:
-        raise InputError(f"--input-shape {text!r}: expected comma-separated sizes, e.g. 1,3,224,224") from None
-    if any(size < 0 for size in shape):
-        raise InputError(f"--input-shape {text!r}: sizes must be >= 0")
-    return shape
-
-
-def parse_model_args(pairs: Sequence[str]) -> dict[str, object]:
-    """``["channels=8", "name=a"]`` -> ``{"channels": 8, "name": "a"}``. A value is read
-    as a Python literal (number, bool, None, tuple, ...) when it is one, else as text."""
-    kwargs: dict[str, object] = {}
-    for pair in pairs:
-        key, eq, value = pair.partition("=")
-        if not eq or not key.isidentifier():
-            raise InputError(f"--model-arg {pair!r}: expected KEY=VALUE with KEY a Python identifier")
-        try:
-            kwargs[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            kwargs[key] = value
-    return kwargs
 
 
 def import_modules(names: Sequence[str], what: str = "--fake-module") -> None:

@@ -1,26 +1,21 @@
-"""Loads the op library (libidentity_conv_ops.so) and registers what Python adds to
-it: fake kernels for torch.export and torch.compile, a fake class for the torchbind
-class, and the op's autograd formula. The schemas themselves live in C++ only."""
+"""Loads op libraries: the project's (libidentity_conv_ops.so, then its Python side
+from fakes.py) and any other a model needs, and remembers which op namespaces each
+library registered, so a package can record the libraries it needs."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from .errors import OpLibraryError
-from .onnx_translations import register_onnx_class_route, register_onnx_translation
+from ..errors import OpLibraryError
+from .fakes import OP_NAME, register_fakes
 
 LIBRARY_NAME = "libidentity_conv_ops.so"
 LIBRARY_ENV_VAR = "IDENTITY_CONV_OPS_LIB"
-OP_NAME = "my_ops::identity_conv_op"
-OUT_OP_NAME = "my_ops::identity_conv_op_out"
-CLASS_NAME = "my_ops::IdentityConvClass"
-CLASS_FORWARD_OP_NAME = "my_ops::identity_conv_class_forward"
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
+_REPO_ROOT = Path(__file__).resolve().parents[3]
 _loaded_path: Path | None = None
 
 
@@ -99,7 +94,7 @@ def load_op_library(path: str | os.PathLike[str] | None = None) -> Path:
             f"{found} loaded, but it does not register {OP_NAME}; pass the "
             f"{LIBRARY_NAME} built from csrc/"
         )
-    _register_fakes()
+    register_fakes()
     _loaded_path = found.resolve()
     return _loaded_path
 
@@ -139,7 +134,7 @@ def load_op_libraries(paths: list[str | os.PathLike[str]]) -> list[Path]:
                 ) from error
         # The project's ops under another file name still need their fakes.
         if _loaded_path is None and "my_ops" in _namespaces_by_library.get(resolved, set()):
-            _register_fakes()
+            register_fakes()
             _loaded_path = resolved
         loaded.append(resolved)
     return loaded
@@ -179,127 +174,3 @@ def _loaded_library_paths() -> list[str]:
 def _has_schema(qualname: str) -> bool:
     namespace, name = qualname.split("::")
     return hasattr(getattr(torch.ops, namespace), name)
-
-
-def identity_conv(x: torch.Tensor) -> torch.Tensor:
-    """Typed wrapper of ``my_ops::identity_conv_op``.
-
-    Args:
-        x: a float16, bfloat16, float32 or float64 tensor of any strides.
-
-    Returns:
-        A new contiguous tensor with exactly the bits of ``x``.
-    """
-    return torch.ops.my_ops.identity_conv_op(x)
-
-
-def _fake_identity_conv(x: torch.Tensor) -> torch.Tensor:
-    """Fake kernel of ``my_ops::identity_conv_op``: metadata only.
-
-    Args:
-        x: a fake tensor.
-
-    Returns:
-        An empty contiguous tensor of x's shape, dtype and device, like the real
-        kernels return.
-    """
-    torch._check(
-        x.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64),
-        lambda: f"my_ops::identity_conv_op: expected a floating-point tensor "
-        f"(Half, BFloat16, Float or Double), got {x.dtype}",
-    )
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
-
-
-def identity_conv_out(x: torch.Tensor, out: torch.Tensor) -> None:
-    """Typed wrapper of ``my_ops::identity_conv_op_out``.
-
-    Args:
-        x: a float16, bfloat16, float32 or float64 tensor of any strides.
-        out: a tensor of x's shape, dtype and device (any strides); it receives
-            exactly the bits of ``x``.
-    """
-    torch.ops.my_ops.identity_conv_op_out(x, out)
-
-
-def _fake_identity_conv_out(x: torch.Tensor, out: torch.Tensor) -> None:
-    """Fake kernel of ``my_ops::identity_conv_op_out``: it returns nothing; the
-    schema's ``Tensor(a!) out`` tells tracing that ``out`` is written.
-
-    Args:
-        x: a fake tensor.
-        out: a fake tensor of x's shape and dtype.
-    """
-    torch._check(out.shape == x.shape, lambda: f"expected out of shape {list(x.shape)}, got {list(out.shape)}")
-    torch._check(out.dtype == x.dtype, lambda: f"expected out of dtype {x.dtype}, got {out.dtype}")
-
-
-def _identity_conv_setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-    """The gradient of an identity needs nothing saved."""
-
-
-def _identity_conv_backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-    """d(identity)/dx is the identity: the incoming gradient, copied by the op itself,
-    so the backward is made of an op torch.compile already understands."""
-    return torch.ops.my_ops.identity_conv_op(grad)
-
-
-def _fake_identity_conv_class_forward(x: torch.Tensor, channels: int) -> torch.Tensor:
-    """Fake kernel of ``my_ops::identity_conv_class_forward``, the class's forward as
-    an op over its flattened state (the route of the class into ONNX)."""
-    return FakeIdentityConvClass(channels).forward(x)
-
-
-class FakeIdentityConvClass:
-    """Fake of the torchbind class ``my_ops::IdentityConvClass`` for tracing."""
-
-    def __init__(self, channels: int) -> None:
-        self.channels = channels
-
-    @classmethod
-    def __obj_unflatten__(cls, flattened: Any) -> "FakeIdentityConvClass":
-        """Rebuild from the C++ ``__obj_flatten__`` output, ``(("channels", c),)``."""
-        return cls(**dict(flattened))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Same metadata as the real forward: a contiguous copy of x."""
-        torch._check(
-            x.dim() >= 2 and x.shape[1] == self.channels,
-            lambda: f"my_ops::IdentityConvClass.forward: expected an input of shape "
-            f"[N, {self.channels}, ...], got {list(x.shape)}",
-        )
-        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
-
-    def get_channels(self) -> int:
-        return self.channels
-
-
-_fakes_registered = False
-
-
-def _register_fakes() -> None:
-    global _fakes_registered
-    if _fakes_registered:
-        return
-    torch.library.register_fake(OP_NAME)(_fake_identity_conv)
-    torch.library.register_fake(OUT_OP_NAME)(_fake_identity_conv_out)
-    torch.library.register_fake(CLASS_FORWARD_OP_NAME)(_fake_identity_conv_class_forward)
-    torch.library.register_autograd(OP_NAME, _identity_conv_backward, setup_context=_identity_conv_setup_context)
-    torch._library.register_fake_class(CLASS_NAME)(FakeIdentityConvClass)
-    # ONNX: the op and the class's forward are identities, so ONNX's Identity is
-    # exact; the class reaches ONNX through its op over the flattened state.
-    register_onnx_translation(OP_NAME, _onnx_identity_conv)
-    register_onnx_translation(CLASS_FORWARD_OP_NAME, _onnx_identity_conv_class_forward)
-    register_onnx_class_route(CLASS_NAME, "forward", CLASS_FORWARD_OP_NAME)
-    _fakes_registered = True
-
-
-def _onnx_identity_conv(op: Any, x: Any) -> Any:
-    """Portable ONNX translation of ``my_ops::identity_conv_op``: ``Identity``."""
-    return op.Identity(x)
-
-
-def _onnx_identity_conv_class_forward(op: Any, x: Any, channels: int) -> Any:
-    """Portable ONNX translation of the class's forward. The channel check stays in
-    the graph's input shape, whose channel dim is static."""
-    return op.Identity(x)

@@ -1,0 +1,65 @@
+"""Parsing of the CLIs' text options into the stage functions' values: shapes,
+dynamic dims and model arguments. Stage functions take the parsed values only."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Sequence
+
+from ..errors import InputError
+from ..models.user import DynamicDim
+
+_POSITION = re.compile(r"^(\d+)\.(\d+)$")
+
+
+def parse_dynamic_dim(text: str) -> DynamicDim:
+    """``"0.0,1.0=1:64"`` -> dim 0 of inputs 0 and 1, one shared size in [1, 64].
+
+    Raises:
+        InputError: the text does not follow INPUT.DIM[,INPUT.DIM...]=MIN:MAX.
+    """
+    hint = "expected INPUT.DIM[,INPUT.DIM...]=MIN:MAX, e.g. 0.0=1:64 (input 0, dim 0, sizes 1 to 64)"
+    where, eq, bounds = text.partition("=")
+    low, colon, high = bounds.partition(":")
+    positions = []
+    for part in where.split(","):
+        match = _POSITION.match(part.strip())
+        if not match:
+            raise InputError(f"--dynamic-dim {text!r}: bad position {part!r}; {hint}")
+        positions.append((int(match.group(1)), int(match.group(2))))
+    try:
+        if not eq or not colon:
+            raise ValueError
+        low_value, high_value = int(low), int(high)
+    except ValueError:
+        raise InputError(f"--dynamic-dim {text!r}: bad range {bounds!r}; {hint}") from None
+    if not 1 <= low_value < high_value:
+        raise InputError(f"--dynamic-dim {text!r}: the range holds fewer than two sizes; expected 1 <= MIN < MAX")
+    return DynamicDim(tuple(positions), low_value, high_value)
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``"1,3,224,224"`` -> (1, 3, 224, 224); an empty text is a 0-d tensor."""
+    try:
+        shape = tuple(int(size) for size in text.split(",")) if text.strip() else ()
+    except ValueError:
+        raise InputError(f"--input-shape {text!r}: expected comma-separated sizes, e.g. 1,3,224,224") from None
+    if any(size < 0 for size in shape):
+        raise InputError(f"--input-shape {text!r}: sizes must be >= 0")
+    return shape
+
+
+def parse_model_args(pairs: Sequence[str]) -> dict[str, object]:
+    """``["channels=8", "name=a"]`` -> ``{"channels": 8, "name": "a"}``. A value is read
+    as a Python literal (number, bool, None, tuple, ...) when it is one, else as text."""
+    kwargs: dict[str, object] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key.isidentifier():
+            raise InputError(f"--model-arg {pair!r}: expected KEY=VALUE with KEY a Python identifier")
+        try:
+            kwargs[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            kwargs[key] = value
+    return kwargs

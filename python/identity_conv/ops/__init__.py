@@ -1,0 +1,17 @@
+"""The op layer's Python side: loading op libraries (loader.py) and the fakes,
+wrappers and autograd formula of the project's ops (fakes.py)."""
+
+from .fakes import FakeIdentityConvClass, identity_conv, identity_conv_out
+from .loader import LIBRARY_ENV_VAR, LIBRARY_NAME, library_candidates, libraries_for, load_op_libraries, load_op_library
+
+__all__ = [
+    "FakeIdentityConvClass",
+    "LIBRARY_ENV_VAR",
+    "LIBRARY_NAME",
+    "identity_conv",
+    "identity_conv_out",
+    "libraries_for",
+    "library_candidates",
+    "load_op_libraries",
+    "load_op_library",
+]
