@@ -4,6 +4,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/autograd/VariableTypeUtils.h>
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
@@ -54,11 +55,28 @@ void identity_conv_out_autograd(const at::Tensor& x, const at::Tensor& out) {
       "my_ops::identity_conv_op_out: out= variants do not support autograd, and an input "
       "requires grad. Use my_ops::identity_conv_op for training, or call this under "
       "torch.no_grad().");
-  at::AutoDispatchBelowADInplaceOrView guard;
+  // Below Autograd only, not below ADInplaceOrView: the next kernel must be
+  // identity_conv_out_ad_inplace_or_view, which records the write to `out`.
+  at::AutoDispatchBelowAutograd guard;
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("my_ops::identity_conv_op_out", "")
                              .typed<void(const at::Tensor&, const at::Tensor&)>();
   op.call(x, out);
+}
+
+// ADInplaceOrView kernel of the out= variant, as PyTorch generates for its own
+// in-place and out= ops. Bumping out's version counter is what lets autograd notice
+// that a tensor it saved for backward was overwritten (even under no_grad) and
+// raise, instead of computing a gradient from the new values.
+void identity_conv_out_ad_inplace_or_view(const at::Tensor& x, const at::Tensor& out) {
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    static const auto op = c10::Dispatcher::singleton()
+                               .findSchemaOrThrow("my_ops::identity_conv_op_out", "")
+                               .typed<void(const at::Tensor&, const at::Tensor&)>();
+    op.call(x, out);
+  }
+  torch::autograd::increment_version(out);
 }
 
 // IdentityConvClass.forward as a stateless op over the class's flattened state. A
@@ -83,6 +101,10 @@ TORCH_LIBRARY_IMPL(my_ops, CUDA, m) {
 
 TORCH_LIBRARY_IMPL(my_ops, Autograd, m) {
   m.impl("identity_conv_op_out", &identity_conv::identity_conv_out_autograd);
+}
+
+TORCH_LIBRARY_IMPL(my_ops, ADInplaceOrView, m) {
+  m.impl("identity_conv_op_out", &identity_conv::identity_conv_out_ad_inplace_or_view);
 }
 
 TORCH_LIBRARY(my_ops, m) {

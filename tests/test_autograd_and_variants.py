@@ -4,6 +4,8 @@ AOTI and the C++ runner, and training through the custom layers."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -12,6 +14,8 @@ from conftest import requires_cuda, run_both_runtimes, run_cmd
 from identity_conv.cli.export_compile import app as export_compile_app
 from identity_conv.models.identity import IdentityModel, IdentityOutModel
 from identity_conv.models.train import train_channel_scale
+from identity_conv.verify.special_values import INT_TWIN
+from identity_conv.verify.special_values import special_values as make_special_values
 
 FLOAT_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]
@@ -55,6 +59,19 @@ def test_out_variant_refuses_autograd_instead_of_dropping_gradients(op_library):
         out = torch.empty(2, 3)
         torch.ops.my_ops.identity_conv_op_out(x, out)
     assert torch.equal(out, x.detach())
+
+
+def test_out_variant_bumps_the_version_so_autograd_sees_the_write(op_library):
+    x = torch.randn(4, requires_grad=True)
+    y = x.exp()  # exp saves its output y for the backward
+    version = y._version
+    with torch.no_grad():
+        torch.ops.my_ops.identity_conv_op_out(torch.zeros(4), y)
+    assert y._version > version
+    # As with y.copy_(...): the saved y is stale, so backward must refuse, not
+    # compute a gradient from the overwritten values.
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +126,29 @@ def test_gradcheck_class_layer(op_library):
     # The class's C++ forward calls the op through the dispatcher, so the op's
     # registered autograd formula applies to it as well.
     assert torch.autograd.gradcheck(layer.forward, (x,))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["no-grad", "requires-grad"])
+def test_opcheck_class_forward_op_all_utils(op_library, device, requires_grad):
+    # samples() are [N, 3, ...] (contiguous, transposed, sliced, empty, every dtype).
+    for sample in samples(device, requires_grad):
+        torch.library.opcheck(torch.ops.my_ops.identity_conv_class_forward.default, (sample, 3))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_class_forward_op_gradient_is_the_incoming_gradient(op_library, device, dtype):
+    x = torch.randn(2, 3, 5, 7, dtype=dtype, device=device).transpose(2, 3).requires_grad_()
+    grad = make_special_values((2, 3, 7, 5), dtype).to(device)
+    # Without its own autograd kernel the op warns that its gradient may be silently
+    # wrong; that warning is a failure here.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = torch.ops.my_ops.identity_conv_class_forward(x, 3)
+        (grad_x,) = torch.autograd.grad(y, x, grad)
+    twin = INT_TWIN[dtype]
+    assert torch.equal(grad_x.cpu().contiguous().view(twin), grad.cpu().view(twin))
 
 
 def test_gradcheck_model_input_and_weights(op_library):

@@ -8,6 +8,7 @@ import pickle
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from identity_conv.ops import FakeIdentityConvClass
 
@@ -60,6 +61,38 @@ def test_forward_checks_channels(layer):
 def test_forward_rejects_int_input(layer):
     with pytest.raises(RuntimeError, match="got Int"):
         layer.forward(torch.zeros(1, 5, 2, 2, dtype=torch.int32))
+
+
+class ClassLayerModule(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.classes.my_ops.IdentityConvClass(5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer.forward(x)
+
+
+def export_class_forward(x: torch.Tensor) -> None:
+    torch.export.export(ClassLayerModule(), (x,), strict=False)
+
+
+def fake_class_forward(x: torch.Tensor) -> None:
+    with FakeTensorMode() as mode:
+        FakeIdentityConvClass(5).forward(mode.from_tensor(x))
+
+
+def fake_class_forward_op(x: torch.Tensor) -> None:
+    with FakeTensorMode() as mode:
+        torch.ops.my_ops.identity_conv_class_forward(mode.from_tensor(x), 5)
+
+
+@pytest.mark.parametrize("trace", [export_class_forward, fake_class_forward, fake_class_forward_op],
+                         ids=["export", "fake-class", "fake-op"])
+def test_fake_forward_rejects_int_input_like_the_real_one(op_library, trace):
+    # Tracing must refuse what the C++ forward refuses, with its message, rather
+    # than produce a graph that only fails once it runs.
+    with pytest.raises(RuntimeError, match=r"IdentityConvClass\.forward: expected a floating-point tensor .* got Int\b"):
+        trace(torch.zeros(1, 5, 2, 2, dtype=torch.int32))
 
 
 def test_channels_must_be_positive(op_library):

@@ -14,6 +14,33 @@ CLASS_NAME = "my_ops::IdentityConvClass"
 CLASS_FORWARD_OP_NAME = "my_ops::identity_conv_class_forward"
 
 
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+# c10's ScalarType names, so a fake's message names a dtype the way the C++ check does.
+_CPP_DTYPE_NAMES = {
+    torch.float16: "Half", torch.bfloat16: "BFloat16", torch.float32: "Float", torch.float64: "Double",
+    torch.uint8: "Byte", torch.int8: "Char", torch.int16: "Short", torch.int32: "Int", torch.int64: "Long",
+    torch.bool: "Bool", torch.complex32: "ComplexHalf", torch.complex64: "ComplexFloat",
+    torch.complex128: "ComplexDouble",
+}
+
+
+def _check_float_input(x: torch.Tensor, where: str) -> None:
+    """The dtype rule of the C++ ``check_identity_conv_input`` (identity_conv_check.h),
+    with its message, so tracing refuses what the real kernels refuse.
+
+    Args:
+        x: a (fake) tensor.
+        where: the op or method named in the message.
+    """
+    torch._check(
+        x.dtype in _FLOAT_DTYPES,
+        lambda: f"{where}: expected a floating-point tensor (Half, BFloat16, Float or Double), got "
+        f"{_CPP_DTYPE_NAMES.get(x.dtype, x.dtype)}. Cast the input with .to(torch.float32) or another "
+        "supported dtype.",
+    )
+
+
 def identity_conv(x: torch.Tensor) -> torch.Tensor:
     """Typed wrapper of ``my_ops::identity_conv_op``.
 
@@ -36,11 +63,7 @@ def _fake_identity_conv(x: torch.Tensor) -> torch.Tensor:
         An empty contiguous tensor of x's shape, dtype and device, like the real
         kernels return.
     """
-    torch._check(
-        x.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64),
-        lambda: f"my_ops::identity_conv_op: expected a floating-point tensor "
-        f"(Half, BFloat16, Float or Double), got {x.dtype}",
-    )
+    _check_float_input(x, "my_ops::identity_conv_op")
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
@@ -77,6 +100,13 @@ def _identity_conv_backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
     return torch.ops.my_ops.identity_conv_op(grad)
 
 
+def _identity_conv_class_forward_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+    """The class's forward is an identity in x too; ``channels`` is an int, so it
+    gets no gradient. Without this formula the op had no autograd kernel, and
+    PyTorch's fallback warns that its gradient may be silently wrong."""
+    return torch.ops.my_ops.identity_conv_op(grad), None
+
+
 def _fake_identity_conv_class_forward(x: torch.Tensor, channels: int) -> torch.Tensor:
     """Fake kernel of ``my_ops::identity_conv_class_forward``, the class's forward as
     an op over its flattened state (the route of the class into ONNX)."""
@@ -95,7 +125,8 @@ class FakeIdentityConvClass:
         return cls(**dict(flattened))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Same metadata as the real forward: a contiguous copy of x."""
+        """Same checks and metadata as the real forward: a contiguous copy of x."""
+        _check_float_input(x, "my_ops::IdentityConvClass.forward")
         torch._check(
             x.dim() >= 2 and x.shape[1] == self.channels,
             lambda: f"my_ops::IdentityConvClass.forward: expected an input of shape "
@@ -120,5 +151,8 @@ def register_fakes() -> None:
     torch.library.register_fake(OUT_OP_NAME)(_fake_identity_conv_out)
     torch.library.register_fake(CLASS_FORWARD_OP_NAME)(_fake_identity_conv_class_forward)
     torch.library.register_autograd(OP_NAME, _identity_conv_backward, setup_context=_identity_conv_setup_context)
+    torch.library.register_autograd(
+        CLASS_FORWARD_OP_NAME, _identity_conv_class_forward_backward, setup_context=_identity_conv_setup_context
+    )
     torch._library.register_fake_class(CLASS_NAME)(FakeIdentityConvClass)
     _fakes_registered = True
