@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#include <torch/cuda.h>
 
 #include <malloc.h>
 #include <pthread.h>
@@ -21,11 +22,12 @@
 #include <iomanip>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <system_error>
 #include <thread>
 
-#include "runner.h"
+#include "errors.h"
 
 namespace aoti_runner {
 
@@ -133,9 +135,38 @@ int default_intra_op_threads(const std::vector<at::Tensor>& inputs, int cores, i
   return bytes < (int64_t{1} << 20) ? 1 : std::max(1, cores / threads);
 }
 
-int64_t thread_minor_faults() {
+// The whole process's minor faults so far, every thread's (the OpenMP workers too),
+// terminated threads included. RUSAGE_THREAD would miss the intra-op workers, which
+// touch most of the pages when a run is parallel.
+int64_t process_minor_faults() noexcept {
   struct rusage usage {};
-  return getrusage(RUSAGE_THREAD, &usage) == 0 ? static_cast<int64_t>(usage.ru_minflt) : 0;
+  return getrusage(RUSAGE_SELF, &usage) == 0 ? static_cast<int64_t>(usage.ru_minflt) : 0;
+}
+
+// The CUDA device a package computes on, if any of its inputs or outputs lives there.
+std::optional<c10::DeviceIndex> cuda_device_of(const std::vector<at::Tensor>& inputs,
+                                               const std::vector<at::Tensor>& outputs) {
+  for (const auto* tensors : {&inputs, &outputs}) {
+    for (const auto& tensor : *tensors) {
+      if (tensor.defined() && tensor.is_cuda()) {
+        return tensor.device().index();
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// Called inside a timer before it stops. On a CUDA package, AOTI's run (like copy_)
+// returns once the kernels are queued, so without this the timer would measure the
+// launches only. On the CPU there is nothing to wait for and nothing is called.
+// It waits for the whole device: with several serving threads on one GPU, a run's
+// time can hold another thread's kernels, as it does when they share the GPU anyway.
+// Compile-only here: the development and CI machines have no GPU, so this CUDA path
+// builds against the CPU torch but has never run.
+void wait_for_device(const std::optional<c10::DeviceIndex>& cuda) {
+  if (cuda) {
+    torch::cuda::synchronize(*cuda);
+  }
 }
 
 // JSON has no NaN or infinity: such a value (e.g. a percentile of nothing) is null.
@@ -148,27 +179,88 @@ std::string json_number(double value) {
   return out.str();
 }
 
-// Four copy_ calls through buffers that exist before timing: the least a 4-layer
-// identity must do, since custom ops cannot fuse.
-std::vector<double> time_floor(const at::Tensor& x, const BenchOptions& options) {
-  std::vector<at::Tensor> buffers;
-  for (int i = 0; i < 4; ++i) {
-    buffers.push_back(at::empty_like(x));
+// One step of the floor: destination.copy_(source), into a buffer made before timing.
+struct FloorCopy {
+  at::Tensor destination;
+  at::Tensor source;
+};
+
+// The copies the floor times, and which floor that is (result.floor and its counts).
+//  - The identity floor: four copy_ calls through buffers, the least a 4-layer identity
+//    must do, since custom ops cannot fuse.
+//  - Any other package: every input and every output copied once, the least any
+//    package must move to read its inputs and write its outputs.
+//  - No floor when there is no byte to move (e.g. a package with no inputs and no
+//    outputs): a ratio to copying nothing would mean nothing.
+std::vector<FloorCopy> plan_floor(Floor wanted, const std::vector<at::Tensor>& inputs,
+                                  const std::vector<at::Tensor>& outputs, BenchResult& result) {
+  std::vector<FloorCopy> copies;
+  result.floor = Floor::kNone;
+  if (wanted == Floor::kNone) {
+    return copies;
   }
+  // An identity package has one input; with any other count the generic floor is
+  // the one that means something.
+  if (wanted == Floor::kIdentityFourCopies && inputs.size() == 1) {
+    const auto& x = inputs.front();
+    at::Tensor previous = x;
+    for (int i = 0; i < 4; ++i) {
+      auto buffer = at::empty_like(x);
+      copies.push_back({buffer, previous});
+      previous = buffer;
+    }
+    result.floor = Floor::kIdentityFourCopies;
+    return copies;
+  }
+  int64_t bytes = 0;
+  for (const auto* tensors : {&inputs, &outputs}) {
+    for (const auto& tensor : *tensors) {
+      bytes += static_cast<int64_t>(tensor.nbytes());
+      copies.push_back({at::empty_like(tensor), tensor});
+    }
+  }
+  if (bytes == 0) {
+    copies.clear();
+    return copies;
+  }
+  result.floor = Floor::kCopyInputsOutputs;
+  result.floor_inputs = inputs.size();
+  result.floor_outputs = outputs.size();
+  return copies;
+}
+
+std::vector<double> time_floor(const std::vector<FloorCopy>& copies, const BenchOptions& options,
+                               const std::optional<c10::DeviceIndex>& cuda) {
   std::vector<double> latencies;
+  if (copies.empty()) {
+    return latencies;
+  }
   latencies.reserve(static_cast<size_t>(options.iterations));
   for (int64_t i = 0; i < options.warmup + options.iterations; ++i) {
     const auto begin = std::chrono::steady_clock::now();
-    buffers[0].copy_(x);
-    buffers[1].copy_(buffers[0]);
-    buffers[2].copy_(buffers[1]);
-    buffers[3].copy_(buffers[2]);
+    for (const auto& copy : copies) {
+      copy.destination.copy_(copy.source);
+    }
+    wait_for_device(cuda);
     const auto end = std::chrono::steady_clock::now();
     if (i >= options.warmup) {
       latencies.push_back(std::chrono::duration<double, std::micro>(end - begin).count());
     }
   }
   return latencies;
+}
+
+// The floor's name in the JSON.
+const char* floor_name(Floor floor) {
+  switch (floor) {
+    case Floor::kIdentityFourCopies:
+      return "identity: 4 copies";
+    case Floor::kCopyInputsOutputs:
+      return "inputs and outputs: each copied once";
+    case Floor::kNone:
+      break;
+  }
+  return "none";
 }
 
 }  // namespace
@@ -197,16 +289,30 @@ BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>
     throw RunnerError("running the AOTI package " + path + " failed: " + e.what_without_backtrace());
   }
 
+  const auto cuda = cuda_device_of(inputs, reference);
   // The floor first, alone, on the serving threads' intra-op setting.
-  result.floor_latencies_us = time_floor(inputs.front(), options);
+  result.floor_latencies_us = time_floor(plan_floor(options.floor, inputs, reference, result), options, cuda);
   result.threads.resize(static_cast<size_t>(options.threads));
-  std::atomic<int64_t> minor_faults{0};
   std::atomic<int64_t> mismatches{0};
-  std::barrier start_line(options.threads);
+  // Page faults are counted for the whole process between the two lines. Each line's
+  // completion runs once every serving thread has reached it and before any leaves:
+  // at the start line all have finished warming up and none has begun timing, at the
+  // finish line all have finished timing. So the window holds every timed run of every
+  // thread (their OpenMP workers' faults included) and no warm-up.
+  int64_t faults_at_start = 0;
+  int64_t faults_at_end = 0;
+  const auto on_start = [&]() noexcept {
+    result.rss_after_warmup_kib = resident_set_kib();
+    faults_at_start = process_minor_faults();
+  };
+  const auto on_finish = [&]() noexcept { faults_at_end = process_minor_faults(); };
+  std::barrier start_line(options.threads, on_start);
+  std::barrier finish_line(options.threads, on_finish);
   std::vector<std::chrono::steady_clock::time_point> starts(options.threads), ends(options.threads);
   std::vector<std::string> errors(options.threads);
   const auto serve = [&](int t) {
     bool arrived = false;
+    bool finished = false;
     try {
       if (options.pin_threads) {
         pin_to_cpu(t);
@@ -230,14 +336,11 @@ BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>
       }
       arrived = true;
       start_line.arrive_and_wait();
-      if (t == 0) {
-        result.rss_after_warmup_kib = resident_set_kib();
-      }
-      const auto faults_before = thread_minor_faults();
       starts[t] = std::chrono::steady_clock::now();
       for (int64_t i = 0; i < options.iterations; ++i) {
         const auto begin = std::chrono::steady_clock::now();
         auto outputs = loader->run(inputs);
+        wait_for_device(cuda);
         const auto end = std::chrono::steady_clock::now();
         const double us = std::chrono::duration<double, std::micro>(end - begin).count();
         stats.latencies_us.push_back(us);
@@ -246,11 +349,16 @@ BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>
         }
       }
       ends[t] = std::chrono::steady_clock::now();
-      minor_faults += thread_minor_faults() - faults_before;
+      finished = true;
+      finish_line.arrive_and_wait();
     } catch (const std::exception& e) {
       errors[t] = e.what();
+      // The others must not wait for this thread at a line it will never reach.
       if (!arrived) {
-        start_line.arrive_and_drop();  // the others must not wait for this thread
+        start_line.arrive_and_drop();
+      }
+      if (!finished) {
+        finish_line.arrive_and_drop();
       }
     }
   };
@@ -263,6 +371,7 @@ BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>
     } catch (const std::system_error& e) {
       errors[t] = std::string("could not start the thread: ") + e.what();
       start_line.arrive_and_drop();  // nobody waits for a thread that never ran
+      finish_line.arrive_and_drop();
     }
   }
   serve(0);
@@ -278,7 +387,7 @@ BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>
                                                       *std::min_element(starts.begin(), starts.end()))
                             .count();
   result.mismatched_outputs = mismatches.load();
-  result.minor_page_faults = minor_faults.load();
+  result.minor_page_faults = faults_at_end - faults_at_start;
   result.rss_end_kib = resident_set_kib();
   result.reference_outputs = std::move(reference);
   return result;
@@ -310,6 +419,7 @@ std::string bench_json(const BenchResult& result, const std::string& malloc_poli
       << ", \"p99_us\": " << json_number(percentile(all, 99)) << ", \"mean_us\": " << json_number(mean)
       << ", \"throughput_per_s\": " << json_number(serving_throughput(result))
       << ", \"wall_seconds\": " << json_number(result.wall_seconds)
+      << ", \"floor\": \"" << floor_name(result.floor) << "\""
       << ", \"floor_p50_us\": " << json_number(percentile(result.floor_latencies_us, 50))
       << ", \"floor_p90_us\": " << json_number(percentile(result.floor_latencies_us, 90))
       << ", \"floor_p99_us\": " << json_number(percentile(result.floor_latencies_us, 99))
@@ -319,9 +429,59 @@ std::string bench_json(const BenchResult& result, const std::string& malloc_poli
   }
   out << "], \"outputs_checked\": " << runs << ", \"mismatched_outputs\": " << result.mismatched_outputs
       << ", \"minor_page_faults\": " << result.minor_page_faults
+      << ", \"page_faults_counted\": \"whole process, timed region\""
       << ", \"rss_start_kib\": " << result.rss_start_kib
       << ", \"rss_after_warmup_kib\": " << result.rss_after_warmup_kib
       << ", \"rss_end_kib\": " << result.rss_end_kib << "}";
+  return out.str();
+}
+
+std::string describe_bench(const BenchResult& result, const std::string& allocator) {
+  std::vector<double> all;
+  for (const auto& t : result.threads) {
+    all.insert(all.end(), t.latencies_us.begin(), t.latencies_us.end());
+  }
+  const double p50 = percentile(all, 50);
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(1);
+  out << "bench: " << result.options.threads << " serving thread(s) x " << result.options.iterations
+      << " timed runs (after " << result.options.warmup << " warm-up), " << result.intra_op_threads
+      << " intra-op thread(s) each\n";
+  out << "bench: allocator: " << allocator << "\n";
+  out << "bench: latency p50 " << p50 << " us, p90 " << percentile(all, 90) << " us, p99 "
+      << percentile(all, 99) << " us\n";
+  for (size_t t = 0; t < result.threads.size(); ++t) {
+    out << "bench: thread " << t << " p50 " << percentile(result.threads[t].latencies_us, 50) << " us\n";
+  }
+  out << "bench: throughput " << serving_throughput(result)
+      << " runs/s (all timed runs over the wall time of the timed region)\n";
+  const auto floor = percentile(result.floor_latencies_us, 50);
+  switch (result.floor) {
+    case Floor::kIdentityFourCopies:
+      out << "bench: floor (4 copy_ into existing buffers, this process) p50 ";
+      break;
+    case Floor::kCopyInputsOutputs:
+      out << "bench: floor (each of the " << result.floor_inputs << " input(s) and "
+          << result.floor_outputs
+          << " output(s) copied once with copy_ into existing buffers, this process) p50 ";
+      break;
+    case Floor::kNone:
+      out << "bench: floor: none (the package has no input or output bytes to copy)\n";
+      break;
+  }
+  if (result.floor != Floor::kNone) {
+    out << floor << " us; package p50 / floor = " << std::setprecision(2) << p50 / floor
+        << std::setprecision(1) << "\n";
+  }
+  out << "bench: outputs checked " << all.size() << ", bits differ from the first run in "
+      << result.mismatched_outputs << "\n";
+  out << "bench: minor page faults in the timed region, whole process: " << result.minor_page_faults
+      << " (getrusage RUSAGE_SELF: every thread, intra-op workers included, from the end of the "
+         "warm-up to the end of the last thread's timed runs, bit checks between runs included)\n";
+  out << "bench: RSS " << result.rss_start_kib << " KiB at start (before loading), "
+      << result.rss_after_warmup_kib << " KiB after warm-up, " << result.rss_end_kib
+      << " KiB at end (" << std::showpos << result.rss_end_kib - result.rss_after_warmup_kib
+      << std::noshowpos << " KiB over the timed runs)\n";
   return out.str();
 }
 

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import torch
 
-from ..errors import IdentityConvError
+from ..errors import IdentityConvError, VerificationError
 from ..models.identity import IdentityModel
 from ..ops.loader import load_op_library
-from ..build.pipeline import BuildConfig, export_and_compile
+from ..build.pipeline import BuildConfig, BuildResult, export_and_compile
 from ..runtime.tensor_files import save_tensors
 
 # name -> NCHW shape of the float32 input.
@@ -35,6 +35,8 @@ SIZES: dict[str, tuple[int, int, int, int]] = {
 }
 PATHS = ("eager", "torch.compile", "AOTI-Python", "AOTI-C++", "floor: 4 copies")
 FLOOR = "floor: 4 copies"
+# The C++ runner's name (bench JSON "floor") for the floor that FLOOR reports.
+CPP_IDENTITY_FLOOR = "identity: 4 copies"
 # The portable ONNX file in onnxruntime, measured when the ONNX extra is installed.
 ONNX_PATH = "ONNX (onnxruntime)"
 # Timed runs per size at --iterations 1.0; the large sizes are slow enough that fewer
@@ -70,7 +72,8 @@ class SizeResult:
     cpp_allocator: str
     cpp_intra_op_threads: int
     python_threads: int
-    cpp_page_faults: int  # minor page faults in the C++ runner's timed runs, all of them
+    # Minor page faults of the whole C++ runner process (every thread) over its timed region.
+    cpp_page_faults: int
 
     def ratio_to_floor(self, path: str) -> float:
         return self.latencies[path].p50 / self.latencies[FLOOR].p50
@@ -186,6 +189,21 @@ def parse_size(name: str) -> tuple[int, int, int, int]:
     return shape  # type: ignore[return-value]
 
 
+def require_verified(result: BuildResult, what: str) -> Path:
+    """The package of a build that passed its verification against eager.
+
+    Raises:
+        VerificationError: the outputs of ``result``'s package differ from eager's;
+            timing it would report the speed of a wrong answer.
+    """
+    if not result.passed:
+        failed = "; ".join(f"{label}: {report}" for label, report in result.checks
+                           if not report.within_ulp(result.max_ulp))
+        raise VerificationError(f"{what} {result.package_path} failed verification against eager, so it is not "
+                                f"benchmarked: {failed or 'no check passed'}")
+    return result.package_path
+
+
 def run_cpp_bench(
     runner: Path, package: Path, op_lib: Path, inputs: Path, iterations: int, warmup: int, work_dir: Path,
     threads: int = 1, intra_op_threads: int | None = None, malloc: str = "retain",
@@ -257,6 +275,10 @@ def run_benchmark(
 
     Returns:
         The BenchReport; nothing is printed.
+
+    Raises:
+        VerificationError: a package (or ONNX file) built here does not give eager's
+            bits; nothing of it is timed.
     """
     step = on_step or (lambda name: None)
     library = load_op_library(op_lib)
@@ -272,7 +294,7 @@ def run_benchmark(
         batch, channels, height, width = shape
         config = BuildConfig(batch=batch, channels=channels, height=height, width=width, op_libs=[library],
                              output=work_dir / f"model_{name}.pt2", optimize=optimize)
-        package_path = export_and_compile(config).package_path
+        package_path = require_verified(export_and_compile(config), "the package")
         x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
         inputs = save_tensors(work_dir / f"input_{name}.pt", [x])
         model = IdentityModel(channels).eval()
@@ -296,6 +318,9 @@ def run_benchmark(
                 cpp_runs.append(run_cpp_bench(runner, package_path, library, inputs, iterations, warmup, work_dir))
             latencies["AOTI-Python"] = _median_run(python_runs, lambda r: r.p50)
         cpp = _median_run(cpp_runs, lambda r: float(r["p50_us"]))
+        if cpp.get("floor") != CPP_IDENTITY_FLOOR:
+            raise IdentityConvError(f"aoti_runner timed the floor {cpp.get('floor')!r} for {package_path}, not "
+                                    f"{CPP_IDENTITY_FLOOR!r}: does the package declare its identity model?")
         latencies["AOTI-C++"] = Latency(cpp["p50_us"], cpp["p90_us"], cpp["p99_us"], int(cpp["outputs_checked"]))
         latencies[FLOOR] = Latency(cpp["floor_p50_us"], cpp["floor_p90_us"], cpp["floor_p99_us"], iterations)
         order = (*PATHS[:-1], ONNX_PATH, FLOOR)
@@ -334,9 +359,7 @@ def _time_onnx(config: BuildConfig, output: Path, x: torch.Tensor, iterations: i
     the session's default threads."""
     import onnxruntime
 
-    result = export_and_compile(dataclasses.replace(config, format="onnx", output=output))
-    if not result.passed:
-        raise IdentityConvError(f"the ONNX file {output} does not match eager: {result.checks}")
+    require_verified(export_and_compile(dataclasses.replace(config, format="onnx", output=output)), "the ONNX file")
     session = onnxruntime.InferenceSession(str(output), providers=["CPUExecutionProvider"])
     feed = {session.get_inputs()[0].name: x.numpy()}
     return time_calls(lambda: session.run(None, feed), iterations, warmup)

@@ -29,7 +29,8 @@ app = typer.Typer(add_completion=False, rich_markup_mode="rich")
         "Prints p50/p90/p99 and each path's ratio to the floor, then the performance targets "
         "as measured; writes bench.json, bench.md and bench.png to --output-dir.\n\n"
         "Exit codes: 0 measured (targets are reported, not enforced, unless --check-targets), "
-        "1 --check-targets and a target missed, 2 usage or build error."
+        "1 --check-targets and a target missed, or a package whose bits differ from eager's "
+        "(never timed), 2 usage or build error."
     )
 )
 def benchmark(
@@ -103,7 +104,8 @@ def benchmark(
                       f"of {report.repeats} runs.")
     for size in report.sizes:
         console.print(f"C++ runner, {size.name}: {size.cpp_intra_op_threads} intra-op thread(s), "
-                      f"{size.cpp_page_faults} page faults in {size.latencies['AOTI-C++'].runs} timed runs")
+                      f"{size.cpp_page_faults} minor page faults in the timed region of "
+                      f"{size.latencies['AOTI-C++'].runs} runs (whole process)")
     if report.serving:
         s = report.serving
         console.print(f"C++ serving {list(s.shape)}: {s.throughput_1:.0f} runs/s from 1 thread, {s.throughput_2:.0f} "
