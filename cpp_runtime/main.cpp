@@ -1,6 +1,6 @@
 // aoti_runner: runs an AOTInductor package from C++ with no Python in the process,
 // then verifies the output bit-for-bit. Argument parsing and printing only; the
-// work is in runner.cpp.
+// work is in the runner core (core/, one file per concern) and bench.cpp.
 #include <c10/util/Exception.h>
 
 #include <cctype>
@@ -13,8 +13,16 @@
 #include <string>
 #include <vector>
 
+#include "aoti_package.h"
 #include "bench.h"
-#include "runner.h"
+#include "comparison.h"
+#include "errors.h"
+#include "op_libraries.h"
+#include "package_file.h"
+#include "preflight.h"
+#include "random_inputs.h"
+#include "tensor_files.h"
+#include "validation.h"
 
 namespace {
 
@@ -177,40 +185,6 @@ Options parse_args(int argc, char** argv) {
   return options;
 }
 
-void print_bench(const aoti_runner::BenchResult& result, const std::string& allocator) {
-  using aoti_runner::percentile;
-  std::vector<double> all;
-  for (const auto& t : result.threads) {
-    all.insert(all.end(), t.latencies_us.begin(), t.latencies_us.end());
-  }
-  const double throughput = aoti_runner::serving_throughput(result);
-  std::cout << std::fixed << std::setprecision(1);
-  std::cout << "bench: " << result.options.threads << " serving thread(s) x "
-            << result.options.iterations << " timed runs (after " << result.options.warmup
-            << " warm-up), " << result.intra_op_threads << " intra-op thread(s) each\n";
-  std::cout << "bench: allocator: " << allocator << "\n";
-  std::cout << "bench: latency p50 " << percentile(all, 50) << " us, p90 " << percentile(all, 90)
-            << " us, p99 " << percentile(all, 99) << " us\n";
-  for (size_t t = 0; t < result.threads.size(); ++t) {
-    std::cout << "bench: thread " << t << " p50 " << percentile(result.threads[t].latencies_us, 50)
-              << " us\n";
-  }
-  std::cout << "bench: throughput " << throughput
-            << " runs/s (all timed runs over the wall time of the timed region)\n";
-  const auto floor = percentile(result.floor_latencies_us, 50);
-  std::cout << "bench: floor (4 copy_ into existing buffers, this process) p50 " << floor
-            << " us; package p50 / floor = " << std::setprecision(2) << percentile(all, 50) / floor
-            << std::setprecision(1) << "\n";
-  std::cout << "bench: outputs checked " << all.size() << ", bits differ from the first run in "
-            << result.mismatched_outputs << "\n";
-  std::cout << "bench: page faults in the timed runs: " << result.minor_page_faults << "\n";
-  std::cout << "bench: RSS " << result.rss_start_kib << " KiB at start (before loading), "
-            << result.rss_after_warmup_kib << " KiB after warm-up, " << result.rss_end_kib
-            << " KiB at end (" << std::showpos << result.rss_end_kib - result.rss_after_warmup_kib
-            << std::noshowpos << " KiB over the timed runs)\n";
-  std::cout.unsetf(std::ios::floatfield);
-}
-
 int run(const Options& options) {
   using namespace aoti_runner;
   const auto malloc_policy = parse_malloc_policy(options.malloc_policy);
@@ -223,13 +197,14 @@ int run(const Options& options) {
     }
     return kExitPass;
   }
-  check_no_python_ops(spec);
+  // Everything the spec alone can refuse is refused before any op library loads.
+  const auto host = this_host();
+  check_runs_here(spec, host);
   load_op_libraries(options.libraries);
   for (const auto& lib : options.libraries) {
     std::cout << "loaded op library " << lib << "\n";
   }
-  check_required_symbols(spec);
-  check_device(spec);
+  check_required_symbols(spec, host);
 
   std::vector<at::Tensor> inputs;
   if (options.inputs.empty()) {
@@ -249,8 +224,9 @@ int run(const Options& options) {
   if (options.bench_iterations > 0) {
     auto bench_options = options.bench;
     bench_options.iterations = options.bench_iterations;
+    bench_options.floor = spec.is_identity ? Floor::kIdentityFourCopies : Floor::kCopyInputsOutputs;
     const auto result = bench_package(options.package, ready, bench_options);
-    print_bench(result, describe_malloc_policy(malloc_policy));
+    std::cout << describe_bench(result, describe_malloc_policy(malloc_policy));
     const auto json = bench_json(result, options.malloc_policy);
     std::cout << "bench json: " << json << "\n";
     if (!options.bench_json.empty()) {
@@ -299,24 +275,25 @@ int run(const Options& options) {
               << references.size() << " " << reference_name << " tensor(s) to compare with\nFAILED\n";
     return kExitMismatch;
   }
-  bool all_identical = true;
-  bool all_within = true;
+  std::vector<BitReport> reports;
   for (size_t i = 0; i < outputs.size(); ++i) {
-    const auto report = compare_bits(outputs[i], references[i]);
+    reports.push_back(compare_bits(outputs[i], references[i]));
     std::cout << "verify: output[" << i << "] vs " << reference_name << "[" << i
-              << "] (bitwise): " << report.detail << "\n";
-    all_identical = all_identical && report.identical;
-    all_within = all_within && report.within_ulp(options.max_ulp);
+              << "] (bitwise): " << reports.back().detail << "\n";
   }
-  if (all_identical) {
-    std::cout << "PASSED\n";
-  } else if (all_within) {
-    std::cout << "PASSED (NOT bit-identical: every element within --max-ulp " << options.max_ulp
-              << ")\n";
-  } else {
-    std::cout << "FAILED\n";
+  switch (list_verdict(reports, options.max_ulp)) {
+    case Verdict::kPassed:
+      std::cout << "PASSED\n";
+      return kExitPass;
+    case Verdict::kPassedWithinUlp:
+      std::cout << "PASSED (NOT bit-identical: every element within --max-ulp " << options.max_ulp
+                << ")\n";
+      return kExitPass;
+    case Verdict::kFailed:
+      break;
   }
-  return all_within ? kExitPass : kExitMismatch;
+  std::cout << "FAILED\n";
+  return kExitMismatch;
 }
 
 }  // namespace

@@ -163,6 +163,49 @@ def dynamic_package(parity_matrix) -> Path:
 def rewrite_metadata(source: Path, target: Path, changes: dict[str, str | None]) -> Path:
     """Copy an AOTI package, editing the metadata JSON files it carries: a value of
     None deletes the key. Used to craft packages from other devices and hosts."""
-    from identity_conv.package.spec import rewrite_package_metadata
+    from identity_conv.package.archive import rewrite_package_metadata
 
     return rewrite_package_metadata(source, target, changes)
+
+
+def edit_spec(source: Path, target: Path, aoti: dict[str, str | None] | None = None, **fields: object) -> Path:
+    """Copy a package, setting fields of its spec document (and AOTI entries): a
+    value of None deletes the field. Crafts packages for other hosts, or malformed ones."""
+    import json
+
+    from identity_conv.package.archive import read_package_metadata
+    from identity_conv.package.spec import SPEC_KEY
+
+    document = json.loads(read_package_metadata(source)[SPEC_KEY])
+    for key, value in fields.items():
+        if value is None:
+            document.pop(key, None)
+        else:
+            document[key] = value
+    return rewrite_metadata(source, target, {SPEC_KEY: json.dumps(document), **(aoti or {})})
+
+
+def legacy_package(source: Path, target: Path) -> Path:
+    """The package as the writer before the spec document wrote it: one
+    ``identity_conv.<field>`` entry per field, in the old grammar, and no document."""
+    from identity_conv.package.archive import read_package_spec
+    from identity_conv.package.spec import SPEC_KEY
+
+    spec = read_package_spec(source)
+    entries = {
+        "format": "1",
+        "inputs": ";".join(f"{t.dtype}:" + ",".join(str(d) for d in t.dims) for t in spec.inputs),
+        "device": spec.device,
+        "required_ops": ",".join(op.name for op in spec.required_ops),
+        "required_classes": ",".join(spec.required_classes),
+        "op_libraries": ",".join(spec.op_libraries),
+        "is_identity": "1" if spec.is_identity else "0",
+        "torch_version": spec.torch_version,
+        "example_shapes": ";".join(",".join(map(str, shape)) for shape in spec.example_shapes),
+        "cpu_flags": " ".join(spec.cpu_flags),
+        "python_only_ops": ",".join(spec.python_only_ops),
+        "fake_modules": ",".join(spec.fake_modules),
+        "optimizations": spec.optimizations,
+        "shared_dims": ";".join(",".join(f"{i}.{d}" for i, d in group) for group in spec.shared_dims),
+    }
+    return rewrite_metadata(source, target, {SPEC_KEY: None, **{f"identity_conv.{k}": v for k, v in entries.items()}})

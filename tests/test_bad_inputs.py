@@ -13,7 +13,7 @@ from typing import Callable
 import pytest
 import torch
 
-from conftest import rewrite_metadata, run_both_runtimes, run_cmd, run_cpp_runtime, run_python_runtime
+from conftest import edit_spec, rewrite_metadata, run_both_runtimes, run_cmd, run_cpp_runtime, run_python_runtime
 from identity_conv.package.host import instruction_set_flags
 
 
@@ -48,8 +48,8 @@ def dynamic(ctx: Ctx) -> Path:
     return ctx.dynamic
 
 
-def crafted(changes: dict[str, str | None]) -> Callable[[Ctx], Path]:
-    return lambda ctx: rewrite_metadata(ctx.static, ctx.tmp / "crafted.pt2", changes)
+def crafted(aoti: dict[str, str | None] | None = None, **fields: object) -> Callable[[Ctx], Path]:
+    return lambda ctx: edit_spec(ctx.static, ctx.tmp / "crafted.pt2", aoti, **fields)
 
 
 def truncated(ctx: Ctx) -> Path:
@@ -109,20 +109,24 @@ CASES = [
     Case("package-not-zip", "not a zip archive", package=raw_file(b"ELF? no, text", "text.pt2")),
     Case("package-truncated", "could not read the AOTI package", package=truncated),
     Case("package-zip-not-aoti", "could not read the AOTI package", package=zip_not_package),
-    Case("package-without-toolkit-metadata", "has no identity_conv metadata",
-         package=crafted({"identity_conv.inputs": None})),
+    Case("package-without-toolkit-metadata", "has no identity_conv spec",
+         package=lambda ctx: rewrite_metadata(ctx.static, ctx.tmp / "crafted.pt2", {"identity_conv.spec": None})),
     Case("package-for-cuda", "the package was compiled for cuda",
-         package=crafted({"identity_conv.device": "cuda", "AOTI_DEVICE_KEY": "cuda"})),
+         package=crafted({"AOTI_DEVICE_KEY": "cuda"}, device="cuda")),
     Case("package-cpu-flag-missing", "on a CPU with avx1024, which this host lacks",
-         package=crafted({"identity_conv.cpu_flags": " ".join(instruction_set_flags() + ["avx1024"])})),
+         package=crafted(cpu_flags=instruction_set_flags() + ["avx1024"])),
     Case("package-other-torch", "the package was compiled with torch 1.0.0",
-         package=crafted({"identity_conv.torch_version": "1.0.0"})),
+         package=crafted(torch_version="1.0.0")),
     Case("package-unknown-device", "which this runner does not support (cpu or cuda)",
-         package=crafted({"identity_conv.device": "tpu"})),
-    Case("package-malformed-spec", "package metadata is malformed: input spec 'float32",
-         package=crafted({"identity_conv.inputs": "float32"})),
-    Case("package-empty-range", "package metadata is malformed: input spec 'float32:2,3,8..4,12'",
-         package=crafted({"identity_conv.inputs": "float32:2,3,8..4,12"})),
+         package=crafted(device="tpu")),
+    Case("package-malformed-spec", "package metadata is malformed: inputs[0]",
+         package=crafted(inputs=[{"dtype": "float32"}])),
+    Case("package-empty-range", "package metadata is malformed: inputs[0].dims[2]: the range 8..4 is empty",
+         package=crafted(inputs=[{"dtype": "float32", "dims": [{"min": 2, "max": 2}, {"min": 3, "max": 3},
+                                                                {"min": 8, "max": 4}, {"min": 12, "max": 12}]}],
+                         example_shapes=None)),
+    Case("package-newer-schema", "the package spec has schema version 99",
+         package=crafted(schema_version=99)),
     Case("package-other-machine", "the package was compiled for riscv64",
          package=crafted({"AOTI_MACHINE": "riscv64"})),
 ]
@@ -196,8 +200,8 @@ def test_bad_op_library_in_both_runtimes(ctx, build, lib, python_message, cpp_me
 
 def test_sparse_input_is_rejected_by_the_python_runtime(compiled_package):
     from identity_conv.errors import InputError
-    from identity_conv.package.spec import read_package_spec
-    from identity_conv.runtime.aoti import validate_inputs
+    from identity_conv.package.archive import read_package_spec
+    from identity_conv.runtime.validation import validate_inputs
 
     spec = read_package_spec(compiled_package.path)
     with pytest.raises(InputError, match="input\\[0\\]: expected a dense .strided. tensor, got layout torch.sparse_coo"):
@@ -206,8 +210,8 @@ def test_sparse_input_is_rejected_by_the_python_runtime(compiled_package):
 
 def test_meta_device_input_is_rejected_by_the_python_runtime(compiled_package):
     from identity_conv.errors import InputError
-    from identity_conv.package.spec import read_package_spec
-    from identity_conv.runtime.aoti import validate_inputs
+    from identity_conv.package.archive import read_package_spec
+    from identity_conv.runtime.validation import validate_inputs
 
     spec = read_package_spec(compiled_package.path)
     with pytest.raises(InputError, match="input\\[0\\]: expected a tensor on cpu, got one on meta"):

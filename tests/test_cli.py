@@ -179,7 +179,7 @@ def test_inspect_package_table_and_json_match_the_cpp_runner(build, dynamic_pack
     assert lines[0] == f"package: {dynamic_package}"
     cpp_rows = [tuple(line.split(": ", 1)) if ": " in line else (line.rstrip(":"), "") for line in lines[1:]]
     # The same rows, names and order in both runtimes.
-    from identity_conv.package.spec import read_package_spec
+    from identity_conv.package.archive import read_package_spec
 
     assert cpp_rows == read_package_spec(dynamic_package).describe()
     assert dict(cpp_rows)["input[0]"] == "[1..8, 3, 1..64, 1..64] float32"
@@ -229,3 +229,10 @@ def test_export_compile_passes_every_option_to_the_stage(monkeypatch, tmp_path):
     assert config.input_shapes == [(2, 4), (4,)] and [str(d) for d in config.dynamic_dims] == ["0.0=1:9"]
     assert config.op_libs == [Path("a.so"), Path("b.so")] and config.fake_modules == ["pkg.fakes"]
     assert config.save_reference == tmp_path / "ref" and config.allow_python_ops
+
+
+def test_compare_tensors_passes_two_empty_lists(tmp_path):
+    """The same verdict rule as both runners: nothing differs, so PASSED (exit 0)."""
+    empty = save_tensors(tmp_path / "empty.pt", [])
+    result = CliRunner().invoke(compare_app, [str(empty), str(empty)])
+    assert result.exit_code == 0 and "PASSED" in result.output, result.output

@@ -15,7 +15,7 @@ from identity_conv.verify.bits import compare_bits
 
 @pytest.fixture(scope="module")
 def python_output(compiled_package):
-    from identity_conv.package.spec import read_package_spec
+    from identity_conv.package.archive import read_package_spec
     from identity_conv.runtime.aoti import load_package
 
     package = load_package(compiled_package.path, read_package_spec(compiled_package.path))

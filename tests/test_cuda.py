@@ -40,7 +40,7 @@ def test_class_forward_on_cuda_keeps_bits(op_library, dtype, contiguous):
 
 
 def test_cuda_package_records_its_device(cuda_package):
-    from identity_conv.package.spec import read_package_spec
+    from identity_conv.package.archive import read_package_spec
 
     assert read_package_spec(cuda_package).device == "cuda"
 

@@ -7,7 +7,7 @@ import torch
 
 from identity_conv.build.export import export_model, graph_calls
 from identity_conv.models.identity import IdentityModel
-from identity_conv.package.spec import read_package_spec
+from identity_conv.package.archive import read_package_spec
 
 
 def test_exported_graph_calls_the_torchbind_class_and_the_custom_op(op_library):

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from identity_conv.cli.verify_matrix import app as verify_app
 from identity_conv.models.identity import IdentityModel
-from identity_conv.package.spec import DTYPES
+from identity_conv.package.dtypes import DTYPES
 from identity_conv.verify.parity import (
     IDENTITY_PAIR,
     RUNTIME_PAIRS,

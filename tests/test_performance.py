@@ -5,7 +5,9 @@ PNG, and the compile cache hits and misses on each component of its key."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,13 +15,16 @@ import torch
 from typer.testing import CliRunner
 
 from conftest import PACKAGE_SHAPE, run_cmd
+# The bring-your-own-model package with two inputs and two outputs (not an identity).
+from test_user_models import scale_shift  # noqa: F401
+import identity_conv.bench.benchmark as benchmark_stage
 from identity_conv.build.cache import cache_key
 from identity_conv.cli.benchmark import app as benchmark_app
 from identity_conv.cli.export_compile import app as export_compile_app
 from identity_conv.cli.run_inference import app as run_inference_app
 from identity_conv.models.identity import IdentityModel
 from identity_conv.build.optimize import optimize_program
-from identity_conv.package.spec import read_package_spec
+from identity_conv.package.archive import read_package_spec
 from identity_conv.verify.special_values import INT_TWIN, special_values
 from identity_conv.runtime.tensor_files import load_tensors, save_tensors
 
@@ -161,8 +166,41 @@ def test_runner_bench_checks_every_output_from_two_threads(compiled_package, bui
     assert data["floor_p50_us"] > 0 and data["throughput_per_s"] > 0 and data["malloc"] == "retain"
     assert data["rss_start_kib"] > 0 and data["rss_end_kib"] > 0
     assert "bench: allocator: glibc malloc, retain" in result.stdout
+    # An identity package keeps the 4-copy floor, and the report says it is that one.
+    assert data["floor"] == "identity: 4 copies"
+    assert "bench: floor (4 copy_ into existing buffers, this process) p50 " in result.stdout
     # The bench's outputs still go through the usual identity verification.
     assert "verify: output[0] vs input[0] (bitwise): identical" in result.stdout and "PASSED" in result.stdout
+
+
+def test_runner_bench_says_page_faults_are_counted_for_the_whole_process(compiled_package, build, op_library):
+    """The count is the process's (getrusage RUSAGE_SELF) over the timed region, so the
+    intra-op workers' faults are in it; the report must say so, not "all threads" of
+    a per-thread count."""
+    result = run_cmd(build.runner, compiled_package.path, op_library, "--bench", "10", "--warmup", "1",
+                     "--threads", "2", "--intra-op-threads", "2", "--malloc", "system")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (line,) = [line for line in result.stdout.splitlines() if "page faults" in line]
+    assert line.startswith("bench: minor page faults in the timed region, whole process: "), line
+    assert "RUSAGE_SELF" in line and "intra-op workers included" in line, line
+    data = json.loads(result.stdout.split("bench json: ", 1)[1].splitlines()[0])
+    assert data["minor_page_faults"] >= 0 and data["page_faults_counted"] == "whole process, timed region"
+
+
+def test_runner_bench_floor_of_a_non_identity_package(scale_shift, build, tmp_path):
+    """Two inputs, two outputs: the floor copies each of them once (not the first
+    input four times, which means nothing for this model), and says so."""
+    out = tmp_path / "bench.json"
+    result = run_cmd(build.runner, scale_shift.path, "--inputs", scale_shift.reference / "inputs.pt",
+                     "--bench", "20", "--warmup", "2", "--bench-json", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("bench: floor")]
+    assert line.startswith("bench: floor (each of the 2 input(s) and 2 output(s) copied once with copy_ into "
+                           "existing buffers, this process) p50 "), line
+    assert "4 copy_" not in result.stdout
+    data = json.loads(out.read_text())
+    assert data["floor"] == "inputs and outputs: each copied once" and data["floor_p50_us"] > 0
+    assert data["outputs_checked"] == 20 and data["mismatched_outputs"] == 0
 
 
 def test_runner_soak_prints_rss_at_start_and_end(compiled_package, build, op_library):
@@ -216,6 +254,36 @@ def test_benchmark_tiny_run_writes_json_markdown_and_png(build, op_library, tmp_
     assert "| 1x3x16x16 | AOTI-C++ |" in markdown and "| target | measured | met |" in markdown
     assert all(f"| 1x3x16x16 | {path} |" in markdown for path in onnx)
     assert "performance targets, as measured in this run" in result.output
+
+
+def test_benchmark_refuses_a_package_that_failed_verification(compiled_package, build, op_library, tmp_path,
+                                                              monkeypatch):
+    """A package whose bits differ from eager's is never timed: the stage raises a
+    VerificationError (exit 1) right after the build. The real build runs (a cache hit
+    on a copy of the session's package, so nothing compiles); only its checks are
+    turned into a failure, and the stage's own `passed` check must catch it."""
+    real_build = benchmark_stage.export_and_compile
+    builds = []
+
+    def build_that_failed_verification(config, *args, **kwargs):
+        result = real_build(config, *args, **kwargs)
+        builds.append(result)
+        label, report = result.checks[0]
+        differ = dataclasses.replace(report, identical=False, num_differ=1, first_index=(0, 0, 0, 0))
+        return dataclasses.replace(result, checks=[(label, differ), *result.checks[1:]])
+
+    monkeypatch.setattr(benchmark_stage, "export_and_compile", build_that_failed_verification)
+    monkeypatch.setattr(benchmark_stage, "time_calls", lambda *args: pytest.fail("a failed package was timed"))
+    name = "x".join(str(n) for n in PACKAGE_SHAPE)
+    shutil.copy(compiled_package.path, tmp_path / f"model_{name}.pt2")
+    result = runner.invoke(benchmark_app, [
+        "--sizes", name, "--iterations", "0.01", "--repeats", "1", "--no-serving", "--bandwidth-mb", "0",
+        "--no-onnx", "--output-dir", str(tmp_path), "--runner", str(build.runner), "--op-lib", str(op_library)])
+    assert result.exit_code == 1, result.output
+    assert "failed verification against eager, so it is not benchmarked" in result.output
+    assert "1 of" in result.output and "elements differ" in result.output
+    assert [b.cached for b in builds] == [True]
+    assert not (tmp_path / "bench.json").exists()
 
 
 def test_benchmark_rejects_an_unknown_size(build, op_library, tmp_path):
@@ -306,3 +374,52 @@ def test_export_compile_reuses_an_identical_build_and_force_rebuilds(compiled_pa
     changed = runner.invoke(export_compile_app, args + ["--seed", "3", "--no-show-graph"])
     assert changed.exit_code == 0 and "built (key recorded in the package)" in changed.output, changed.output
     assert read_package_spec(copy).cache_key != read_package_spec(compiled_package.path).cache_key
+
+
+def test_cache_key_is_the_library_content_not_its_spelling(tmp_path, monkeypatch):
+    model = torch.nn.Identity()
+    library = tmp_path / "build" / "libfake.so"
+    library.parent.mkdir()
+    library.write_bytes(b"one")
+    monkeypatch.chdir(tmp_path)
+    spellings = [library, Path("build/libfake.so"), Path("./build/libfake.so")]
+    assert len({_key(model, library_paths=[path]) for path in spellings}) == 1
+
+
+def test_cache_key_covers_the_example_input_values():
+    model = torch.nn.Identity()
+    zeros = _key(model, example_inputs=[torch.zeros(2, 3, 4, 4)])
+    random = _key(model, example_inputs=[torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(0))])
+    assert zeros != random
+
+
+def test_a_check_only_option_reuses_the_package(compiled_package, op_library):
+    """--max-ulp changes the check, not the package: a hit, re-decided on the stored reports."""
+    batch, channels, height, width = PACKAGE_SHAPE
+    args = ["--batch", str(batch), "--channels", str(channels), "--height", str(height), "--width", str(width),
+            "--output", str(compiled_package.path), "--op-lib", str(op_library), "--max-ulp", "3"]
+    hit = runner.invoke(export_compile_app, args)
+    assert hit.exit_code == 0 and "cached:" in hit.output, hit.output
+
+
+def test_a_failed_build_leaves_the_output_untouched_and_uncached(tmp_path, monkeypatch):
+    """A model whose compiled code cannot match eager (it draws fresh noise): exit 1,
+    the file already at --output keeps its bytes, and no temporary file is left."""
+    (tmp_path / "noisy_model_for_cache.py").write_text(
+        "import torch\n\n\nclass Noisy(torch.nn.Module):\n"
+        "    def forward(self, x):\n        return x + torch.rand_like(x)\n\n\n"
+        "def build():\n    return Noisy()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    output = tmp_path / "out" / "model.pt2"
+    output.parent.mkdir()
+    output.write_bytes(b"the previous, good package")
+    result = runner.invoke(
+        export_compile_app,
+        ["--model", "noisy_model_for_cache:build", "--input-shape", "2,3", "--output", str(output), "--no-show-graph"],
+    )
+    assert result.exit_code == 1, result.output
+    assert "FAILED" in result.output and "untouched" in result.output, result.output
+    assert output.read_bytes() == b"the previous, good package"
+    assert sorted(p.name for p in output.parent.iterdir()) == ["model.pt2"]

@@ -18,7 +18,7 @@ from identity_conv.cli.export_compile import app as export_compile_app
 from identity_conv.cli.run_inference import app as run_inference_app
 from identity_conv.errors import InputError, ModelError
 from identity_conv.build.export import python_only_ops
-from identity_conv.package.spec import read_package_spec
+from identity_conv.package.archive import read_package_spec
 from identity_conv.runtime.tensor_files import load_tensors, save_tensors
 from identity_conv.cli.parsing import parse_dynamic_dim, parse_model_args
 from identity_conv.models.user import flatten_outputs, load_model
@@ -342,13 +342,15 @@ def test_output_count_mismatch_is_reported_alike(scale_shift, build, tmp_path):
 
 
 def test_random_inputs_only_for_float_dtypes_in_both_runtimes(scale_shift, build, tmp_path):
-    from conftest import rewrite_metadata
+    from conftest import edit_spec
 
-    package = rewrite_metadata(scale_shift.path, tmp_path / "int.pt2",
-                               {"identity_conv.inputs": "int64:1..64,16;float32:16"})
+    dims = lambda *ranges: [{"min": low, "max": high} for low, high in ranges]  # noqa: E731
+    package = edit_spec(scale_shift.path, tmp_path / "int.pt2", example_shapes=None,
+                        inputs=[{"dtype": "int64", "dims": dims((1, 64), (16, 16))},
+                                {"dtype": "float32", "dims": dims((16, 16))}])
     py = CliRunner().invoke(run_inference_app, [str(package)])
     cpp = run_cmd(build.runner, package)
-    message = "cannot generate a random input of dtype int64; pass --inputs FILE."
+    message = "cannot generate a random input of dtype int64 (random inputs are float16, bfloat16, float32, float64); pass --inputs FILE."
     assert py.exit_code == 2 and message in py.output, py.output
     assert cpp.returncode == 2 and message in cpp.stderr, cpp.stderr
 
@@ -358,7 +360,7 @@ def test_ulp_reports_agree_between_runtimes_in_every_dtype(parity_matrix, build,
     """An identity package per dtype, and an expected file with a value 2 ULP up, a
     NaN against a number, a value mirrored across zero and -0.0 against +0.0: both
     runtimes print the same report, with the ULP distance verify.py computes."""
-    from identity_conv.package.spec import DTYPES
+    from identity_conv.package.dtypes import DTYPES
     from identity_conv.verify.parity import STATIC_SHAPE
 
     work_dir, _ = parity_matrix

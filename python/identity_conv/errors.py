@@ -9,9 +9,15 @@ EXIT_USAGE = 2
 
 
 class IdentityConvError(Exception):
-    """Base of every error the toolkit raises on purpose. Carries the exit code."""
+    """Base of every error the toolkit raises on purpose. Carries the exit code, and
+    a ``kind`` where the C++ runner must reach the same verdict (the shared contract
+    vectors in tests/contract compare kinds, not wording)."""
 
     exit_code = EXIT_USAGE
+
+    def __init__(self, message: str = "", *, kind: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class OpLibraryError(IdentityConvError):

@@ -56,6 +56,12 @@ def _tensor_digest(digest: "hashlib._Hash", name: str, tensor: torch.Tensor) -> 
     digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
 
 
+def _values_digest(tensor: torch.Tensor) -> str:
+    digest = hashlib.sha256()
+    _tensor_digest(digest, "input", tensor)
+    return digest.hexdigest()
+
+
 def _state_digest(model: nn.Module) -> str:
     """Parameters, buffers (persistent or not), plain tensor attributes (export lifts
     them as constants), and the flattened state of torchbind objects."""
@@ -99,12 +105,13 @@ def cache_key(
     Args:
         model: the module to export (the sources of the packages that define its
             classes, and its state).
-        example_inputs: shapes, dtypes and devices of the example inputs.
+        example_inputs: shapes, dtypes, devices and values of the example inputs.
         traced_inputs: the inputs torch.export traces with.
-        library_paths: op library files (their content).
+        library_paths: op library files (their content, not their paths).
         source_modules: modules whose source counts too (the factory's, fake modules).
-        options: the build options that change the package or its verification
-            (device, dtype, dynamic dims, optimize, ...), JSON-serialisable via str.
+        options: the build options that change the compiled package (device, dtype,
+            dynamic dims, optimize, ...), JSON-serialisable via str. Options that only
+            change the check (--max-ulp) stay out: a hit re-decides the stored reports.
         cpu_flags: the compile host's instruction-set flags (AOTI uses -march=native).
 
     Also counted: the torch version, the TORCHINDUCTOR_* and AOT_INDUCTOR_*
@@ -115,13 +122,15 @@ def cache_key(
         "torch": torch.__version__,
         "sources": {str(path): _file_digest(path) for path in _source_files(model, source_modules)},
         "state": _state_digest(model),
-        "libraries": {str(Path(path).resolve()): _file_digest(Path(path)) for path in library_paths},
+        # By content only: build/x.so, ./build/x.so and the default lookup are one file.
+        "libraries": sorted(_file_digest(Path(path)) for path in library_paths),
         # Cache locations change no code (and Inductor sets TORCHINDUCTOR_CACHE_DIR itself).
         "environment": {
             k: v for k, v in os.environ.items() if k.startswith(("TORCHINDUCTOR_", "AOT_INDUCTOR_")) and "CACHE" not in k
         },
         "compiler": _compiler_identity(),
-        "inputs": [[list(x.shape), str(x.dtype), str(x.device)] for x in example_inputs],
+        # Values too: the package is verified (and --save-reference written) on them.
+        "inputs": [[list(x.shape), str(x.dtype), str(x.device), _values_digest(x)] for x in example_inputs],
         "traced": [list(x.shape) for x in traced_inputs],
         "options": options,
         "cpu_flags": sorted(cpu_flags),

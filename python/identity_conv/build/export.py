@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 from ..errors import ExportError
-from ..package.spec import DimSpec, TensorSpec, dtype_name
+from ..package.dtypes import dtype_name
+from ..package.spec import DimSpec, OpRef, TensorSpec
 from ..models.user import DynamicDim
 
 # Namespaces of ops that every libtorch has; anything else comes from a library.
@@ -28,6 +29,15 @@ class GraphCalls:
     classes: list[str]
     # Each op's overloads as called, e.g. {"my_ops::identity_conv_op": [OpOverload]}.
     overloads: dict[str, list[torch._ops.OpOverload]] = field(default_factory=dict)
+
+    def op_refs(self) -> list[OpRef]:
+        """Each op with each overload the graph calls (the name alone, any overload,
+        where the overloads are not known)."""
+        refs = []
+        for op in self.ops:
+            overloads = self.overloads.get(op)
+            refs += [OpRef(op, overload._overloadname) for overload in overloads] if overloads else [OpRef(op, None)]
+        return refs
 
 
 def export_model(
@@ -140,11 +150,13 @@ def graph_calls(program: torch.export.ExportedProgram) -> GraphCalls:
     return GraphCalls(sorted(ops), sorted(classes), ops)
 
 
-def package_extern_ops(package_path: str | Path) -> list[str]:
+def package_extern_ops(package_path: str | Path) -> list[OpRef]:
     """The custom ops a compiled package really calls at run time (through AOTI's
-    proxy executor, listed in the package's ``*.wrapper.json``), sorted. Ops that
-    Inductor compiled into its own kernels are not among them."""
-    ops: set[str] = set()
+    proxy executor, listed in the package's ``*.wrapper.json``), with their overloads,
+    sorted. A target there is ``ns::name`` for the default overload and
+    ``ns::name.overload`` otherwise (``OpOverload.name()``). Ops that Inductor compiled
+    into its own kernels are not among them."""
+    ops: set[OpRef] = set()
     with zipfile.ZipFile(package_path) as archive:
         for name in archive.namelist():
             if not name.endswith(".wrapper.json"):
@@ -153,8 +165,9 @@ def package_extern_ops(package_path: str | Path) -> list[str]:
                 target = entry.get("node", {}).get("target", "")
                 namespace = target.split("::")[0]
                 if "::" in target and namespace not in _BUILTIN_NAMESPACES:
-                    ops.add(target.split(".")[0])
-    return sorted(ops)
+                    qualname, _, overload = target.partition(".")
+                    ops.add(OpRef(qualname, overload or "default"))
+    return sorted(ops, key=str)
 
 
 def class_qualname(class_fqn: str) -> str:
@@ -186,40 +199,72 @@ def _inductor_compiles(overload: torch._ops.OpOverload) -> bool:
     return (overload in lowerings and overload not in fallbacks) or overload in decompositions
 
 
-def python_only_ops(calls: GraphCalls, device: str) -> dict[str, str]:
-    """The ops the graph calls that the C++ runtime could not run, with the reason.
+def _resolve(op: OpRef) -> torch._ops.OpOverload | None:
+    namespace, name = op.name.split("::", 1)
+    packet = getattr(getattr(torch.ops, namespace), name, None)
+    return getattr(packet, op.overload or "default", None) if packet is not None else None
 
-    An op is Python-only if its schema was defined from Python
+
+def dispatch_dump(op: OpRef) -> str:
+    """The dispatcher's own description of one overload: its schema registration
+    ("debug: registered at FILE:LINE") and a "KEY: registered at FILE:LINE" line per
+    kernel. torch._C._dispatch_dump is a debug format, not an API: the format this
+    parser reads is pinned by tests/test_user_models.py::test_dispatch_dump_format,
+    checked on torch 2.13.0 and 2.14.1."""
+    return torch._C._dispatch_dump(op.name if op.overload in (None, "default") else f"{op.name}.{op.overload}")
+
+
+def python_only_ops(ops: list[OpRef], device: str) -> dict[str, str]:
+    """The ops (of ``ops``, each overload on its own) that the C++ runtime could not
+    run, by name, with the reason.
+
+    An overload is Python-only if its schema was defined from Python
     (``torch.library.custom_op``, ``Library.define``), or if its kernels for the
     package's device (or composite ones) were all registered from Python. Ops that
     Inductor compiles into its own kernels are exempt: the package never calls them.
 
     Args:
-        calls: from ``graph_calls``.
+        ops: from ``GraphCalls.op_refs`` or ``package_extern_ops``.
         device: the package's device, ``cpu`` or ``cuda``.
 
     Returns:
-        ``{op: reason}`` for each Python-only op; empty if all can run in C++.
+        ``{op name: reason}`` for each op with a Python-only overload; empty if all
+        can run in C++.
     """
     backend = "CUDA" if device.startswith("cuda") else "CPU"
     found = {}
-    for op in calls.ops:
-        overloads = calls.overloads.get(op, [])
-        if overloads and all(_inductor_compiles(overload) for overload in overloads):
+    for op in ops:
+        overload = _resolve(op)
+        if overload is not None and _inductor_compiles(overload):
             continue
-        dump = torch._C._dispatch_dump(op)
-        schema = next((line for line in dump.splitlines() if line.startswith("debug:")), "")
-        match = _REGISTERED_AT.search(schema)
-        if match and match.group(1).endswith(".py"):
-            found[op] = "it was defined from Python (torch.library.custom_op or torch.library.Library), with no C++ schema"
-            continue
-        kernels: dict[str, str] = {}
-        for line in dump.splitlines():
-            kernel = _KERNEL_LINE.match(line)
-            if kernel and kernel.group(1) not in _NOT_KERNELS:
-                kernels[kernel.group(1)] = kernel.group(2)
-        # The device's own keys (CPU, QuantizedCPU, SparseCPU, ...) and composites.
-        usable = {key: where for key, where in kernels.items() if backend in key or key in _COMPOSITE_KEYS}
-        if usable and all(where.endswith(".py") for where in usable.values()):
-            found[op] = f"its {', '.join(sorted(usable))} kernel(s) were registered from Python"
+        overload_names = [op.overload] if op.overload is not None else _overload_names(op)
+        for name in overload_names:
+            reason = _python_only_reason(dispatch_dump(OpRef(op.name, name)), backend)
+            if reason:
+                found[op.name] = reason
+                break
     return found
+
+
+def _overload_names(op: OpRef) -> list[str]:
+    namespace, name = op.name.split("::", 1)
+    packet = getattr(getattr(torch.ops, namespace), name, None)
+    return list(packet.overloads()) if packet is not None else ["default"]
+
+
+def _python_only_reason(dump: str, backend: str) -> str:
+    """Why the dumped overload cannot run without Python, or "" if it can."""
+    schema = next((line for line in dump.splitlines() if line.startswith("debug:")), "")
+    match = _REGISTERED_AT.search(schema)
+    if match and match.group(1).endswith(".py"):
+        return "it was defined from Python (torch.library.custom_op or torch.library.Library), with no C++ schema"
+    kernels: dict[str, str] = {}
+    for line in dump.splitlines():
+        kernel = _KERNEL_LINE.match(line)
+        if kernel and kernel.group(1) not in _NOT_KERNELS:
+            kernels[kernel.group(1)] = kernel.group(2)
+    # The device's own keys (CPU, QuantizedCPU, SparseCPU, ...) and composites.
+    usable = {key: where for key, where in kernels.items() if backend in key or key in _COMPOSITE_KEYS}
+    if usable and all(where.endswith(".py") for where in usable.values()):
+        return f"its {', '.join(sorted(usable))} kernel(s) were registered from Python"
+    return ""

@@ -34,7 +34,7 @@ from torch import nn
 from ..errors import ExportError, IdentityConvError
 from ..build.export import class_qualname, export_model, graph_calls, input_specs, shared_dims
 from ..build.onnx_translations import class_routes, portable_translation
-from ..package.spec import PackageSpec
+from ..package.spec import OpRef, PackageSpec
 from ..models.user import DynamicDim
 
 ONNX_MODES = ("portable", "custom-domain")
@@ -328,7 +328,8 @@ def convert_onnx(prepared: OnnxPrepared, output: Path, spec_extras: dict[str, An
     spec = PackageSpec(
         inputs=input_specs(prepared.program),
         device="cpu",
-        required_ops=prepared.ops if custom else [],
+        torch_version=torch.__version__,
+        required_ops=[OpRef(op, None) for op in prepared.ops] if custom else [],
         shared_dims=shared_dims(prepared.program),
         optimizations="the ONNX exporter's optimizer only (folds constants, drops Identity nodes)",
         onnx_mode=prepared.mode,

@@ -7,7 +7,7 @@ never print."""
 from __future__ import annotations
 
 import dataclasses
-import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -34,7 +34,9 @@ from ..build.export import (
 from ..models.identity import MODEL_VARIANTS, IdentityModel, IdentityOutModel
 from ..ops.loader import libraries_for, load_op_libraries, load_op_library
 from ..build.optimize import optimize_program
-from ..package.spec import DTYPES, PackageSpec, read_package_spec, rewrite_package_metadata
+from ..package.archive import read_package_spec, rewrite_package_metadata
+from ..package.dtypes import DTYPES
+from ..package.spec import PackageSpec
 from ..runtime.aoti import load_package
 from ..runtime.tensor_files import save_tensors
 from ..models.user import DynamicDim, flatten_outputs, import_modules, load_model
@@ -185,6 +187,9 @@ class BuildResult:
     max_ulp: int = 0
     reference_dir: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    # False when the build failed its checks: nothing was written at package_path
+    # (a package already there is untouched).
+    written: bool = True
     # True when the package at the output was reused (same cache key): export,
     # compile and verify were skipped, and `checks` are those of the build that made it.
     cached: bool = False
@@ -310,10 +315,10 @@ def export_and_compile(
         return BuildResult(
             package_path=config.output,
             spec=cached,
-            calls=GraphCalls(cached.required_ops, cached.required_classes),
+            calls=GraphCalls(sorted({op.name for op in cached.required_ops}), cached.required_classes),
             graph="(the package at the output was built from the same inputs: export and compile skipped)",
             example_inputs=inputs,
-            checks=[(label, BitReport(**fields)) for label, fields in json.loads(cached.verified)],
+            checks=[(label, BitReport(**fields)) for label, fields in cached.verified],
             op_libraries=libraries,
             model_name=model_name,
             max_ulp=config.max_ulp,
@@ -331,7 +336,7 @@ def export_and_compile(
         calls = graph_calls(program)
         if isinstance(model, IdentityModel):
             _check_identity_layers(model, calls)
-        python_ops = python_only_ops(calls, config.device)
+        python_ops = python_only_ops(calls.op_refs(), config.device)
         if python_ops and not config.allow_python_ops:
             raise _python_ops_error(python_ops, "the exported graph calls")
 
@@ -339,7 +344,8 @@ def export_and_compile(
         spec = PackageSpec(
             inputs=input_specs(program),
             device=config.device,
-            required_ops=calls.ops,
+            torch_version=torch.__version__,
+            required_ops=calls.op_refs(),
             required_classes=calls.classes,
             op_libraries=libraries_for([op for op in calls.ops if op not in python_ops] + calls.classes),
             is_identity=bool(getattr(model, "is_identity", False)),
@@ -350,24 +356,39 @@ def export_and_compile(
             optimizations=optimization,
             shared_dims=shared_dims(program),
         )
-        package_path = compile_package(program, config.output, spec)
-        _record_called_ops(package_path, spec, calls, config)
+        # Built beside --output under a temporary name, and moved there only once it
+        # passed: a failed build never replaces (or destroys) a good package.
+        staging = _staging_path(config.output)
+        try:
+            package_path = compile_package(program, staging, spec)
+            _record_called_ops(package_path, spec, calls, config)
+        except BaseException:
+            staging.unlink(missing_ok=True)
+            raise
 
     with stage("verify"):
-        spec = read_package_spec(package_path)
-        package = load_package(package_path, spec)
-        checks, reference_outputs = _verify_against_eager(
-            model, inputs, dynamic_dims, config.seed, package.run, "the package", "package"
-        )
-        if config.save_reference is not None:
-            _save_reference(config.save_reference, inputs, reference_outputs)
-        # Recorded last, so only a package that went through every stage is reused.
-        spec.cache_key = key
-        spec.verified = json.dumps([[label, dataclasses.asdict(report)] for label, report in checks])
-        rewrite_package_metadata(package_path, package_path, spec.to_metadata())
+        try:
+            spec = read_package_spec(package_path)
+            package = load_package(package_path, spec)
+            checks, reference_outputs = _verify_against_eager(
+                model, inputs, dynamic_dims, config.seed, package.run, "the package", "package"
+            )
+            if config.save_reference is not None:
+                _save_reference(config.save_reference, inputs, reference_outputs)
+            passed = all(report.within_ulp(config.max_ulp) for _, report in checks)
+            if passed:
+                # The key is recorded only in a package that passed, so only such a
+                # package is ever reused.
+                spec.cache_key = key
+                spec.verified = [[label, dataclasses.asdict(report)] for label, report in checks]
+                rewrite_package_metadata(package_path, package_path, spec.to_metadata())
+                package_path = staging.replace(config.output)
+        finally:
+            staging.unlink(missing_ok=True)
 
     return BuildResult(
-        package_path=package_path,
+        package_path=config.output,
+        written=passed,
         spec=spec,
         calls=calls,
         graph=str(program.graph),
@@ -550,10 +571,7 @@ def _cache_key(
         "dynamic": [str(d) for d in dynamic_dims],
         "optimize": config.optimize,
         "allow_python_ops": config.allow_python_ops,
-        "max_ulp": config.max_ulp,
-        "seed": config.seed,
         "fake_modules": list(config.fake_modules),
-        "op_libs": [Path(p).name for p in config.op_libs],
     }
     modules = list(config.fake_modules) + ([config.model.split(":")[0]] if config.model else [])
     return cache_key(model, inputs, traced, libraries, modules, options, instruction_set_flags())
@@ -569,6 +587,16 @@ def _cached_spec(output: Path, key: str) -> PackageSpec | None:
     except PackageError:
         return None
     return spec if spec.cache_key == key and spec.verified else None
+
+
+def _staging_path(output: Path) -> Path:
+    """A fresh temporary .pt2 path in ``output``'s folder (so the final rename is atomic)."""
+    import tempfile
+
+    output.parent.mkdir(parents=True, exist_ok=True)
+    handle, name = tempfile.mkstemp(dir=output.parent, prefix=f".{output.stem}.", suffix=".pt2")
+    os.close(handle)
+    return Path(name)
 
 
 def _save_reference(folder: Path, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
@@ -592,12 +620,12 @@ def _record_called_ops(package_path: Path, spec: PackageSpec, calls: GraphCalls,
     among them, and the libraries that register them. A Python-only op that Inductor
     was expected to compile but did not is refused here, and the package removed."""
     called = package_extern_ops(package_path)
-    late = python_only_ops(GraphCalls(called, []), config.device)
+    late = python_only_ops(called, config.device)
     if late and not config.allow_python_ops:
         package_path.unlink(missing_ok=True)
         raise _python_ops_error(late, "the compiled package calls")
     python_ops = sorted(late)
-    libraries = libraries_for([op for op in called if op not in late] + calls.classes)
+    libraries = libraries_for(sorted({op.name for op in called if op.name not in late}) + calls.classes)
     if (called, python_ops, libraries) == (spec.required_ops, spec.python_only_ops, spec.op_libraries):
         return
     spec.required_ops, spec.python_only_ops, spec.op_libraries = called, python_ops, libraries

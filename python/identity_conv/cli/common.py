@@ -17,8 +17,9 @@ from rich.text import Text
 
 from ..errors import EXIT_USAGE, IdentityConvError
 from ..build.onnx_export import is_onnx_path
-from ..package.spec import PackageSpec, read_package_spec
-from ..verify.bits import BitReport
+from ..package.archive import read_package_spec
+from ..package.spec import PackageSpec
+from ..verify.bits import FAILED, PASSED_WITHIN_ULP, BitReport, list_verdict
 
 # Markup is off: messages carry paths and shapes such as "[tensor, ...]" that rich
 # would otherwise take for style tags. Styles are passed explicitly instead. Lines
@@ -116,15 +117,13 @@ def step_progress(total: int) -> Iterator[Callable[[str], None]]:
 
 
 def print_bit_reports(reports: list[tuple[str, BitReport]], max_ulp: int = 0) -> bool:
-    """Print one "label (bitwise): report" line each, then the verdict; True if all
-    are identical, or within ``max_ulp`` ULP when that is allowed (the verdict line
-    then says the bits differ)."""
+    """Print one "label (bitwise): report" line each, then the verdict (``list_verdict``);
+    True if it passed (the verdict line says when bits differ within ``max_ulp``)."""
     for label, report in reports:
         console.print(f"{label} (bitwise): {report}")
-    passed = bool(reports) and all(report.within_ulp(max_ulp) for _, report in reports)
-    identical = bool(reports) and all(report.identical for _, report in reports)
-    line = verdict(passed)
-    if passed and not identical:
+    outcome = list_verdict([report for _, report in reports], max_ulp)
+    line = verdict(outcome != FAILED)
+    if outcome == PASSED_WITHIN_ULP:
         line.append(f" (NOT bit-identical: every element within --max-ulp {max_ulp})")
     console.print(line)
-    return passed
+    return outcome != FAILED

@@ -91,7 +91,8 @@ IDENTITY_PANEL = "Built-in IdentityModel (the default)"
         "class state as attributes, which only a runtime given their kernels runs (run_inference "
         "gives onnxruntime the op library's).\n\n"
         "Exit codes: 0 package written and verified, 1 package outputs differ from eager "
-        "(beyond --max-ulp), 2 usage, load, export or compile error."
+        "(beyond --max-ulp; the package is not written, and one already at --output is kept), "
+        "2 usage, load, export or compile error."
     )
 )
 def export_compile(
@@ -320,9 +321,13 @@ def export_compile(
         table.add_row("python-only ops", ", ".join(result.spec.python_only_ops) + " (C++ runner refuses this package)")
     table.add_row("op libraries loaded", ", ".join(str(path) for path in result.op_libraries) or "none given")
     table.add_row("op libraries recorded", ", ".join(result.spec.op_libraries) or "none")
-    table.add_row("package", str(result.package_path))
-    size = result.package_path.stat().st_size
-    table.add_row("package size", f"{size / 1e6:.2f} MB" if size >= 100_000 else f"{size / 1e3:.1f} kB")
+    if result.written:
+        table.add_row("package", str(result.package_path))
+        size = result.package_path.stat().st_size
+        table.add_row("package size", f"{size / 1e6:.2f} MB" if size >= 100_000 else f"{size / 1e3:.1f} kB")
+    else:
+        kept = "the package already there is untouched" if result.package_path.exists() else "nothing was written"
+        table.add_row("package", f"{result.package_path}: not written, the checks failed ({kept})")
     for label, report in result.checks:
         table.add_row(f"{label} (bitwise)", str(report))
     if result.reference_dir is not None:

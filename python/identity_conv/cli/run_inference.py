@@ -11,7 +11,8 @@ import typer
 
 from ..errors import EXIT_MISMATCH
 from ..build.onnx_export import is_onnx_path
-from ..runtime.aoti import load_package, load_package_libraries, make_random_inputs, to_package_device
+from ..runtime.aoti import load_package, load_package_libraries, to_package_device
+from ..runtime.random_inputs import make_random_inputs
 from ..runtime.tensor_files import load_tensors, save_tensors
 from ..verify.bits import compare_tensor_lists
 from .common import FakeModuleOption, MaxUlpOption, console, exit_with, print_bit_reports, read_spec

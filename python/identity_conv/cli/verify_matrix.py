@@ -13,7 +13,7 @@ from rich.text import Text
 
 from ..errors import EXIT_MISMATCH
 from ..ops.loader import load_op_library
-from ..package.spec import DTYPES
+from ..package.dtypes import DTYPES
 from ..verify.parity import IDENTITY_PAIR, INPUT_KINDS, ONNX_PAIR, RUNTIME_PAIRS, SHAPE_MODES, cell_passed, matrix_passed, run_matrix
 from .common import OpLibOption, RunnerOption, console, exit_with, require_runner, step_progress, verdict
 

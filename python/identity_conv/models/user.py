@@ -15,7 +15,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch import nn
 
-from ..errors import InputError, ModelError
+from ..errors import ModelError
 
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 

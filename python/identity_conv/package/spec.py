@@ -1,31 +1,33 @@
-"""What a package needs and accepts, recorded by export_compile in the AOTI
-package's own metadata (keys ``identity_conv.*``) and read back, without loading
-the package, by both runners."""
+"""The package spec: what a package needs and accepts, recorded by export_compile as
+one versioned JSON document under one metadata key (``identity_conv.spec``) and read
+back, without loading the package, by every runtime.
+
+cpp_runtime/core/package_spec.cpp parses the same document with nlohmann-json; the
+vectors in tests/contract/spec_vectors.json pin both parsers to one verdict per
+document, well-formed or not. Packages written before the document existed carry
+``identity_conv.*`` entries instead; ``legacy_document`` converts them."""
 
 from __future__ import annotations
 
-import zipfile
+import json
+import re
 from dataclasses import dataclass, field
-from pathlib import Path
-
-import torch
+from typing import Any
 
 from ..errors import PackageError
+from .dtypes import NAMES
 
-META_PREFIX = "identity_conv."
-FORMAT_VERSION = "1"
-
-DTYPES: dict[str, torch.dtype] = {
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float32": torch.float32,
-    "float64": torch.float64,
-}
+SPEC_KEY = "identity_conv.spec"
+SCHEMA_VERSION = 2
+# Before the JSON document: one metadata entry per field, "identity_conv.<field>".
+LEGACY_PREFIX = "identity_conv."
+_INT64_MAX = 2**63 - 1
+_REEXPORT = "Re-export the package with export_compile."
 
 
-def dtype_name(dtype: torch.dtype) -> str:
-    """``torch.float32`` -> ``"float32"``."""
-    return str(dtype).removeprefix("torch.")
+class SpecError(PackageError):
+    """The spec is missing (kind "missing"), malformed ("malformed"), or of a schema
+    version this toolkit cannot read ("unsupported_version")."""
 
 
 @dataclass(frozen=True)
@@ -49,37 +51,26 @@ class TensorSpec:
     dtype: str
 
     @classmethod
-    def of(cls, tensor: torch.Tensor) -> "TensorSpec":
+    def of(cls, tensor: Any) -> "TensorSpec":
+        from .dtypes import dtype_name
+
         return cls(tuple(DimSpec(s, s) for s in tensor.shape), dtype_name(tensor.dtype))
 
     def shape_str(self) -> str:
         return "[" + ", ".join(str(d) for d in self.dims) + "]"
 
-    def encode(self) -> str:
-        return f"{self.dtype}:" + ",".join(str(d) for d in self.dims)
 
-    @classmethod
-    def decode(cls, text: str) -> "TensorSpec":
-        """``"float32:1..8,3,224,224"`` -> TensorSpec. The grammar is strict and the
-        same as the C++ runner's: a dtype, a colon, then N or MIN..MAX per dim with
-        0 <= MIN <= MAX."""
-        dtype, colon, dims = text.partition(":")
-        parsed = []
-        try:
-            if not colon or not dtype:
-                raise ValueError("no dtype")
-            for dim in dims.split(",") if dims else []:
-                low, dots, high = dim.partition("..")
-                d = DimSpec(int(low), int(high) if dots else int(low))
-                if not 0 <= d.min <= d.max:
-                    raise ValueError(f"empty range {dim}")
-                parsed.append(d)
-        except ValueError as error:
-            raise PackageError(
-                f"package metadata is malformed: input spec {text!r} ({error}). "
-                "Re-export the package with export_compile."
-            ) from error
-        return cls(tuple(parsed), dtype)
+@dataclass(frozen=True)
+class OpRef:
+    """A custom op the package calls: ``ns::name`` and its overload ("default" for
+    the unnamed one). ``overload`` is None for packages from before overloads were
+    recorded: any overload of the name then satisfies the check."""
+
+    name: str
+    overload: str | None = "default"
+
+    def __str__(self) -> str:
+        return self.name if self.overload in (None, "default") else f"{self.name}.{self.overload}"
 
 
 @dataclass
@@ -87,14 +78,13 @@ class PackageSpec:
     """The facts export_compile records so a runner can check before it runs."""
 
     inputs: list[TensorSpec]
-    device: str
-    required_ops: list[str] = field(default_factory=list)
+    device: str = "cpu"
+    required_ops: list[OpRef] = field(default_factory=list)
     required_classes: list[str] = field(default_factory=list)
     op_libraries: list[str] = field(default_factory=list)
     is_identity: bool = False
-    torch_version: str = torch.__version__
-    aoti: dict[str, str] = field(default_factory=dict)  # AOTI's own entries (CPU ISA, ...)
-    # The shapes the package was verified at; runners draw random inputs of these.
+    torch_version: str = "unknown"
+    # The shapes the package was verified at (one per input); random inputs use them.
     example_shapes: list[tuple[int, ...]] = field(default_factory=list)
     # Instruction-set flags of the compile host. AOTI compiles with -march=native, so
     # the kernels may use any of them; a host that lacks one could die with SIGILL.
@@ -108,42 +98,54 @@ class PackageSpec:
     optimizations: str = ""
     # Groups of (input, dim) positions that must have equal sizes (one dynamic dim).
     shared_dims: list[list[tuple[int, int]]] = field(default_factory=list)
-    # The compile cache: the key of everything the package was built from, and the
-    # build's verification (JSON: [[label, BitReport fields], ...]) to report on a hit.
+    # The compile cache: the key of what shaped the package, and the checks it passed
+    # ([[label, BitReport fields], ...]) to report on a hit.
     cache_key: str = ""
-    verified: str = ""
-    # ONNX files only: "portable" or "custom-domain" (see onnx_export.py).
+    verified: list[list[Any]] = field(default_factory=list)
+    # ONNX files only: "portable" or "custom-domain" (see build/onnx_export.py).
     onnx_mode: str = ""
+    aoti: dict[str, str] = field(default_factory=dict)  # AOTI's own entries (CPU ISA, ...)
+    schema_version: int = SCHEMA_VERSION  # the version the spec was read from
 
-    def to_metadata(self) -> dict[str, str]:
-        entries = {
-            "format": FORMAT_VERSION,
-            "inputs": ";".join(spec.encode() for spec in self.inputs),
+    def to_document(self) -> dict[str, Any]:
+        """The JSON document (schema SCHEMA_VERSION), as written into packages."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "inputs": [
+                {"dtype": spec.dtype, "dims": [{"min": d.min, "max": d.max} for d in spec.dims]}
+                for spec in self.inputs
+            ],
+            "example_shapes": [list(shape) for shape in self.example_shapes],
+            "shared_dims": [[list(position) for position in group] for group in self.shared_dims],
             "device": self.device,
-            "required_ops": ",".join(self.required_ops),
-            "required_classes": ",".join(self.required_classes),
-            "op_libraries": ",".join(self.op_libraries),
-            "is_identity": "1" if self.is_identity else "0",
+            "required_ops": [
+                {"name": op.name, **({} if op.overload is None else {"overload": op.overload})}
+                for op in self.required_ops
+            ],
+            "required_classes": list(self.required_classes),
+            "python_only_ops": list(self.python_only_ops),
+            "op_libraries": list(self.op_libraries),
+            "fake_modules": list(self.fake_modules),
+            "is_identity": self.is_identity,
             "torch_version": self.torch_version,
-            "example_shapes": ";".join(",".join(map(str, shape)) for shape in self.example_shapes),
-            "cpu_flags": " ".join(self.cpu_flags),
-            "python_only_ops": ",".join(self.python_only_ops),
-            "fake_modules": ",".join(self.fake_modules),
+            "cpu_flags": list(self.cpu_flags),
             "optimizations": self.optimizations,
-            "shared_dims": ";".join(",".join(f"{i}.{d}" for i, d in group) for group in self.shared_dims),
             "cache_key": self.cache_key,
             "verified": self.verified,
+            "onnx_mode": self.onnx_mode,
         }
-        if self.onnx_mode:
-            entries["onnx_mode"] = self.onnx_mode
-        return {META_PREFIX + key: value for key, value in entries.items()}
+
+    def to_metadata(self) -> dict[str, str]:
+        """The package metadata entries: the document under SPEC_KEY."""
+        return {SPEC_KEY: json.dumps(self.to_document(), sort_keys=True)}
 
     def describe(self) -> list[tuple[str, str]]:
         """The facts inspect prints, in the same order and words as aoti_runner --inspect."""
         rows = [(f"input[{i}]", f"{spec.shape_str()} {spec.dtype}") for i, spec in enumerate(self.inputs)]
         rows += [
+            ("spec", f"schema {self.schema_version}" + (" (legacy entries)" if self.schema_version < 2 else "")),
             ("device", self.device),
-            ("required ops", ", ".join(self.required_ops)),
+            ("required ops", ", ".join(str(op) for op in self.required_ops)),
             ("required classes", ", ".join(self.required_classes)),
             ("op libraries", ", ".join(self.op_libraries)),
             ("python-only ops", ", ".join(self.python_only_ops) or "none"),
@@ -161,161 +163,277 @@ class PackageSpec:
         return rows
 
     def to_json(self) -> dict[str, object]:
-        """Machine-readable form: dims as {"min", "max"} pairs, AOTI's entries as-is."""
-        return {
-            "inputs": [
-                {"dtype": spec.dtype, "dims": [{"min": d.min, "max": d.max} for d in spec.dims]}
-                for spec in self.inputs
-            ],
-            "device": self.device,
-            "required_ops": self.required_ops,
-            "required_classes": self.required_classes,
-            "op_libraries": self.op_libraries,
-            "is_identity": self.is_identity,
-            "torch_version": self.torch_version,
-            "example_shapes": [list(shape) for shape in self.example_shapes],
-            "cpu_flags": self.cpu_flags,
-            "python_only_ops": self.python_only_ops,
-            "fake_modules": self.fake_modules,
-            "optimizations": self.optimizations,
-            "shared_dims": [[list(position) for position in group] for group in self.shared_dims],
-            "cache_key": self.cache_key,
-            "onnx_mode": self.onnx_mode,
-            "aoti": self.aoti,
-        }
+        """Machine-readable form for inspect --json: the document, plus AOTI's entries."""
+        document = self.to_document()
+        document["schema_version"] = self.schema_version
+        return {**document, "aoti": self.aoti}
 
     @classmethod
-    def from_metadata(cls, metadata: dict[str, str], path: Path) -> "PackageSpec":
-        def get(key: str, default: str = "") -> str:
-            return metadata.get(META_PREFIX + key, default)
+    def from_metadata(cls, metadata: dict[str, str], path: object = "the package") -> "PackageSpec":
+        """Parse the spec from a package's metadata entries: the JSON document, else
+        the legacy entries through ``legacy_document``.
 
-        def split(text: str, sep: str = ",") -> list[str]:
-            return [part for part in text.split(sep) if part]
-
-        if META_PREFIX + "inputs" not in metadata:
-            raise PackageError(
-                f"package {path} has no identity_conv metadata (no "
-                f"'{META_PREFIX}inputs' entry), so its inputs cannot be validated. "
-                "Create the package with export_compile, which records them."
+        Raises:
+            SpecError: no spec, a malformed one, or an unsupported schema version.
+        """
+        aoti = {k: v for k, v in metadata.items() if not k.startswith(LEGACY_PREFIX)}
+        if SPEC_KEY in metadata:
+            try:
+                document = json.loads(metadata[SPEC_KEY], parse_constant=_reject_constant)
+            except ValueError as error:
+                raise _malformed(f"{SPEC_KEY} is not valid JSON ({error})") from None
+        elif LEGACY_PREFIX + "inputs" in metadata:
+            document = legacy_document(metadata)
+        else:
+            raise SpecError(
+                f"package {path} has no identity_conv spec (no '{SPEC_KEY}' entry), so its inputs cannot be "
+                "validated.\nCreate the package with export_compile, which records it.",
+                kind="missing",
             )
-        return cls(
-            inputs=[TensorSpec.decode(text) for text in split(get("inputs"), ";")],
-            device=get("device", "cpu"),
-            required_ops=split(get("required_ops")),
-            required_classes=split(get("required_classes")),
-            op_libraries=split(get("op_libraries")),
-            is_identity=get("is_identity") == "1",
-            torch_version=get("torch_version", "unknown"),
-            aoti={k: v for k, v in metadata.items() if not k.startswith(META_PREFIX)},
-            example_shapes=_decode_shapes(get("example_shapes")),
-            cpu_flags=get("cpu_flags").split(),
-            python_only_ops=split(get("python_only_ops")),
-            fake_modules=split(get("fake_modules")),
-            optimizations=get("optimizations"),
-            shared_dims=_decode_groups(get("shared_dims")),
-            cache_key=get("cache_key"),
-            verified=get("verified"),
-            onnx_mode=get("onnx_mode"),
+        spec = parse_document(document)
+        spec.aoti = aoti
+        return spec
+
+
+def _reject_constant(name: str) -> None:
+    # Python's json reads NaN and Infinity, which JSON (and nlohmann-json) does not.
+    raise ValueError(f"{name} is not JSON")
+
+
+def _malformed(detail: str) -> SpecError:
+    return SpecError(f"package metadata is malformed: {detail}. {_REEXPORT}", kind="malformed")
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}.get(
+        type(value), "number"
+    )
+
+
+def _int(value: Any, where: str, low: int = 0) -> int:
+    # bool is an int in Python, not in JSON; floats (1.0) are not ints either.
+    if type(value) is not int or not low <= value <= _INT64_MAX:
+        raise _malformed(f"{where}: expected an integer >= {low}, got {json.dumps(value)}")
+    return value
+
+
+def _str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise _malformed(f"{where}: expected a string, got {_type_name(value)}")
+    return value
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise _malformed(f"{where}: expected an array, got {_type_name(value)}")
+    return value
+
+
+def _qualified(value: Any, where: str) -> str:
+    name = _str(value, where)
+    namespace, sep, rest = name.partition("::")
+    if not sep or not namespace or not rest:
+        raise _malformed(f"{where}: expected a qualified name 'namespace::name', got {json.dumps(name)}")
+    return name
+
+
+def parse_document(document: Any) -> PackageSpec:
+    """Validate a spec document and build the PackageSpec. Unknown keys are ignored
+    (a newer minor addition); every known key is checked for type and consistency.
+
+    Raises:
+        SpecError: kind "malformed" or "unsupported_version".
+    """
+    if not isinstance(document, dict):
+        raise _malformed(f"the spec must be a JSON object, got {_type_name(document)}")
+    version = _int(document.get("schema_version"), "schema_version", low=1)
+    if version > SCHEMA_VERSION:
+        raise SpecError(
+            f"the package spec has schema version {version}, but this toolkit reads versions up to "
+            f"{SCHEMA_VERSION}. Upgrade the toolkit, or re-export the package with this one.",
+            kind="unsupported_version",
         )
+    if "inputs" not in document:
+        raise _malformed("the spec has no 'inputs'")
 
+    def get(key: str, default: Any) -> Any:
+        return document[key] if key in document else default
 
-def _decode_groups(text: str) -> list[list[tuple[int, int]]]:
-    """``"0.0,1.0;0.2,1.3"`` -> [[(0, 0), (1, 0)], [(0, 2), (1, 3)]], strictly."""
+    inputs = []
+    for i, item in enumerate(_list(document["inputs"], "inputs")):
+        where = f"inputs[{i}]"
+        if not isinstance(item, dict):
+            raise _malformed(f"{where}: expected an object, got {_type_name(item)}")
+        dtype = _str(item.get("dtype"), f"{where}.dtype")
+        if dtype not in NAMES:
+            raise _malformed(f"{where}.dtype: unknown dtype {json.dumps(dtype)}")
+        dims = []
+        for d, dim in enumerate(_list(item.get("dims"), f"{where}.dims")):
+            if not isinstance(dim, dict):
+                raise _malformed(f"{where}.dims[{d}]: expected an object, got {_type_name(dim)}")
+            low = _int(dim.get("min"), f"{where}.dims[{d}].min")
+            high = _int(dim.get("max"), f"{where}.dims[{d}].max")
+            if low > high:
+                raise _malformed(f"{where}.dims[{d}]: the range {low}..{high} is empty")
+            dims.append(DimSpec(low, high))
+        inputs.append(TensorSpec(tuple(dims), dtype))
+
+    shapes = []
+    raw_shapes = _list(get("example_shapes", []), "example_shapes")
+    if raw_shapes and len(raw_shapes) != len(inputs):
+        raise _malformed(f"example_shapes: {len(raw_shapes)} shape(s) for {len(inputs)} input(s)")
+    for i, raw in enumerate(raw_shapes):
+        shape = tuple(_int(size, f"example_shapes[{i}][{d}]") for d, size in enumerate(_list(raw, f"example_shapes[{i}]")))
+        dims = inputs[i].dims
+        if len(shape) != len(dims) or any(not dim.min <= size <= dim.max for size, dim in zip(shape, dims)):
+            raise _malformed(f"example_shapes[{i}]: {list(shape)} does not fit input {i}'s {inputs[i].shape_str()}")
+        shapes.append(shape)
+
     groups = []
-    try:
-        for group in filter(None, text.split(";")):
-            positions = []
-            for position in group.split(","):
-                i, dot, d = position.partition(".")
-                if not dot:
-                    raise ValueError(position)
-                positions.append((int(i), int(d)))
-            groups.append(positions)
-    except ValueError as error:
-        raise PackageError(f"package metadata is malformed: shared dims {text!r}") from error
-    return groups
+    for g, raw_group in enumerate(_list(get("shared_dims", []), "shared_dims")):
+        group = []
+        for p, position in enumerate(_list(raw_group, f"shared_dims[{g}]")):
+            where = f"shared_dims[{g}][{p}]"
+            pair = _list(position, where)
+            if len(pair) != 2:
+                raise _malformed(f"{where}: expected [input, dim], got {json.dumps(pair)}")
+            i, d = _int(pair[0], f"{where}[0]"), _int(pair[1], f"{where}[1]")
+            if i >= len(inputs) or d >= len(inputs[i].dims):
+                raise _malformed(f"{where}: input {i} dim {d} is not an input dim")
+            group.append((i, d))
+        if len(group) < 2:
+            raise _malformed(f"shared_dims[{g}]: a group needs two or more positions, got {len(group)}")
+        groups.append(group)
+
+    ops = []
+    for k, op in enumerate(_list(get("required_ops", []), "required_ops")):
+        where = f"required_ops[{k}]"
+        if not isinstance(op, dict):
+            raise _malformed(f"{where}: expected an object, got {_type_name(op)}")
+        overload = op.get("overload")
+        ops.append(OpRef(_qualified(op.get("name"), f"{where}.name"), None if overload is None else _str(overload, f"{where}.overload")))
+
+    def strings(key: str, qualified: bool = False) -> list[str]:
+        check = _qualified if qualified else _str
+        return [check(value, f"{key}[{k}]") for k, value in enumerate(_list(get(key, []), key))]
+
+    is_identity = get("is_identity", False)
+    if not isinstance(is_identity, bool):
+        raise _malformed(f"is_identity: expected a boolean, got {_type_name(is_identity)}")
+    return PackageSpec(
+        inputs=inputs,
+        device=_str(get("device", "cpu"), "device"),
+        required_ops=ops,
+        required_classes=strings("required_classes", qualified=True),
+        op_libraries=strings("op_libraries"),
+        is_identity=is_identity,
+        torch_version=_str(get("torch_version", "unknown"), "torch_version"),
+        example_shapes=shapes,
+        cpu_flags=strings("cpu_flags"),
+        python_only_ops=strings("python_only_ops", qualified=True),
+        fake_modules=strings("fake_modules"),
+        optimizations=_str(get("optimizations", ""), "optimizations"),
+        shared_dims=groups,
+        cache_key=_str(get("cache_key", ""), "cache_key"),
+        verified=_list(get("verified", []), "verified"),
+        onnx_mode=_str(get("onnx_mode", ""), "onnx_mode"),
+        schema_version=version,
+    )
 
 
-def _decode_shapes(text: str) -> list[tuple[int, ...]]:
-    try:
-        return [tuple(int(size) for size in shape.split(",")) for shape in text.split(";") if shape]
-    except ValueError as error:
-        raise PackageError(f"package metadata is malformed: example shapes {text!r}") from error
+# The legacy grammar: sizes are plain decimal digits, nothing else ("1_0", " 3",
+# "+3" and empty parts are malformed), so both converters read it alike.
+_SIZE = re.compile(r"^[0-9]+$")
 
 
-def rewrite_package_metadata(source: str | Path, target: str | Path, changes: dict[str, str | None]) -> Path:
-    """Copy an AOTI package to ``target`` (which may be ``source``), setting the given
-    entries in the metadata JSON files it carries; a value of None deletes the key.
+def _legacy_int(text: str, where: str) -> int:
+    if not _SIZE.match(text):
+        raise _malformed(f"{where}: expected a non-negative integer, got {json.dumps(text)}")
+    return int(text)
+
+
+def _legacy_split(text: str, sep: str) -> list[str]:
+    """"" -> []; otherwise every part, empty ones included (the caller refuses them)."""
+    return text.split(sep) if text else []
+
+
+def legacy_document(metadata: dict[str, str]) -> dict[str, Any]:
+    """Convert the ``identity_conv.*`` entries of a package written before the spec
+    document (schema 1) into a document. Strict: a part the old writer could not
+    have written is malformed.
 
     Raises:
-        PackageError: the package cannot be read or written.
+        SpecError: kind "malformed".
     """
-    import json
-    import os
-    import tempfile
 
-    source, target = Path(source), Path(target)
+    def get(key: str, default: str = "") -> str:
+        return metadata.get(LEGACY_PREFIX + key, default)
+
+    def names(key: str) -> list[str]:
+        parts = _legacy_split(get(key), ",")
+        if any(not part for part in parts):
+            raise _malformed(f"{LEGACY_PREFIX}{key}: empty entry in {json.dumps(get(key))}")
+        return parts
+
+    inputs = []
+    for text in _legacy_split(get("inputs"), ";"):
+        dtype, colon, dims_text = text.partition(":")
+        if not colon or not dtype:
+            raise _malformed(f"{LEGACY_PREFIX}inputs: input spec {json.dumps(text)} has no dtype")
+        dims = []
+        for dim in _legacy_split(dims_text, ","):
+            low, dots, high = dim.partition("..")
+            where = f"{LEGACY_PREFIX}inputs: input spec {json.dumps(text)}"
+            dims.append({"min": _legacy_int(low, where), "max": _legacy_int(high if dots else low, where)})
+        inputs.append({"dtype": dtype, "dims": dims})
+
+    # The old writer joined shapes with ";" and sizes with ",", so a 0-d input's shape
+    # is an empty part: keep empty parts when they give one shape per input.
+    # An empty entry with no 0-d input means no shapes were recorded.
+    shapes_text = get("example_shapes")
+    parts = shapes_text.split(";")
+    if not shapes_text and all(item["dims"] for item in inputs):
+        shapes = []
+    elif len(parts) == len(inputs):
+        shapes = [
+            [_legacy_int(size, f"{LEGACY_PREFIX}example_shapes") for size in _legacy_split(part, ",")] for part in parts
+        ]
+    else:
+        raise _malformed(f"{LEGACY_PREFIX}example_shapes: {len(parts)} shape(s) for {len(inputs)} input(s)")
+
+    groups = []
+    for group in _legacy_split(get("shared_dims"), ";"):
+        positions = []
+        for position in group.split(","):
+            i, dot, d = position.partition(".")
+            where = f"{LEGACY_PREFIX}shared_dims"
+            if not dot:
+                raise _malformed(f"{where}: expected INPUT.DIM, got {json.dumps(position)}")
+            positions.append([_legacy_int(i, where), _legacy_int(d, where)])
+        groups.append(positions)
+
+    verified_text = get("verified")
     try:
-        with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".pt2", delete=False) as tmp:
-            temporary = Path(tmp.name)
-        with zipfile.ZipFile(source) as src, zipfile.ZipFile(temporary, "w") as dst:
-            for item in src.infolist():
-                data = src.read(item.filename)
-                if item.filename.endswith("_metadata.json"):
-                    metadata = json.loads(data)
-                    for key, value in changes.items():
-                        if value is None:
-                            metadata.pop(key, None)
-                        else:
-                            metadata[key] = value
-                    data = json.dumps(metadata).encode()
-                dst.writestr(item, data)
-        os.replace(temporary, target)
-    except (OSError, zipfile.BadZipFile, ValueError) as error:
-        raise PackageError(f"could not rewrite the metadata of {source} into {target}: {error}") from error
-    return target
-
-
-def check_model_file(path: Path, what: str, hint: str) -> None:
-    """Raise PackageError, naming ``what`` and ending with ``hint``, if ``path`` is
-    missing, not a file, or empty."""
-    if not path.exists():
-        raise PackageError(f"{what} not found: {path}\n{hint}")
-    if not path.is_file():
-        raise PackageError(f"{what} path is not a file: {path}\n{hint}")
-    if path.stat().st_size == 0:
-        raise PackageError(f"{what} is empty (0 bytes): {path}\n{hint}")
-
-
-def read_package_spec(path: str | Path) -> PackageSpec:
-    """Check that ``path`` looks like an AOTI package and read its recorded spec.
-
-    Raises:
-        PackageError: the file is missing, empty, not a zip, not an AOTI package,
-            or was not written by export_compile.
-    """
-    path = Path(path)
-    hint = "Create it with `export_compile` (default output artifacts/model.pt2)."
-    check_model_file(path, "package", hint)
-    with path.open("rb") as file:
-        magic = file.read(4)
-    if magic != b"PK\x03\x04":
-        raise PackageError(
-            f"package is not a zip archive (an AOTI .pt2 package is one): {path}\n{hint}"
-        )
-    if not zipfile.is_zipfile(path):
-        raise PackageError(
-            f"could not read the AOTI package {path}: the zip archive is damaged or "
-            f"truncated (no central directory).\n{hint}"
-        )
-    try:
-        metadata = torch._C._aoti.AOTIModelPackageLoader.load_metadata_from_package(
-            str(path), "model"
-        )
-    except RuntimeError as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise PackageError(
-            f"could not read the AOTI package {path}: {first_line}\n"
-            f"The file is damaged or is not an AOTI package. {hint}"
-        ) from error
-    return PackageSpec.from_metadata(dict(metadata), path)
+        verified = json.loads(verified_text) if verified_text else []
+    except ValueError:
+        verified = []  # only the cache reads it; a bad entry is a cache miss
+    return {
+        "schema_version": 1,
+        "inputs": inputs,
+        "example_shapes": shapes,
+        "shared_dims": groups,
+        "device": get("device", "cpu"),
+        # Schema 1 recorded no overloads: any overload of the name satisfies the check.
+        "required_ops": [{"name": name} for name in names("required_ops")],
+        "required_classes": names("required_classes"),
+        "python_only_ops": names("python_only_ops"),
+        "op_libraries": names("op_libraries"),
+        "fake_modules": names("fake_modules"),
+        "is_identity": get("is_identity") == "1",
+        "torch_version": get("torch_version", "unknown"),
+        "cpu_flags": get("cpu_flags").split(),
+        "optimizations": get("optimizations"),
+        "cache_key": get("cache_key"),
+        "verified": verified if isinstance(verified, list) else [],
+        "onnx_mode": get("onnx_mode"),
+    }

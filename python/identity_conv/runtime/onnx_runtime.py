@@ -18,8 +18,10 @@ import torch
 
 from ..errors import PackageError
 from ..build.onnx_export import require_onnx
-from ..package.spec import PackageSpec, check_model_file
-from ..runtime.aoti import check_required_symbols, validate_inputs
+from ..package.archive import check_model_file
+from ..package.spec import PackageSpec
+from .preflight import check_required_symbols, this_host
+from .validation import validate_inputs
 
 _HINT = "Create it with `export_compile onnx` (default output artifacts/model.onnx)."
 # onnx TensorProto element types -> (torch dtype, onnxruntime-extensions type name).
@@ -119,7 +121,7 @@ def load_onnx(path: str | Path, spec: PackageSpec) -> OnnxSession:
     """Load an ONNX file; for a custom-domain file its ops must be registered in this
     process first (``load_package_libraries``)."""
     # A custom-domain file's nodes run the recorded ops' kernels.
-    check_required_symbols(spec)
+    check_required_symbols(spec, this_host())
     return OnnxSession(path, spec)
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import InputError, VerificationError
+from ..package.dtypes import dtype_name
 
 _INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -121,7 +122,9 @@ def compare_bits(actual: torch.Tensor, expected: torch.Tensor) -> BitReport:
     """
     numel = expected.numel()
     if actual.dtype != expected.dtype:
-        return BitReport(False, numel, numel, reason=f"dtype differs: got {actual.dtype}, expected {expected.dtype}")
+        return BitReport(
+            False, numel, numel, reason=f"dtype differs: got {dtype_name(actual.dtype)}, expected {dtype_name(expected.dtype)}"
+        )
     if actual.shape != expected.shape:
         return BitReport(
             False, numel, numel, reason=f"shape differs: got {list(actual.shape)}, expected {list(expected.shape)}"
@@ -168,3 +171,20 @@ def compare_tensor_lists(actual: list[torch.Tensor], expected: list[torch.Tensor
     if len(actual) != len(expected):
         raise VerificationError(f"different numbers of tensors: got {len(actual)}, expected {len(expected)}")
     return [compare_bits(a, e) for a, e in zip(actual, expected)]
+
+
+# The verdict over a list of reports, one rule in both runtimes
+# (cpp_runtime/core/comparison.cpp; tests/contract/comparison_vectors.json).
+PASSED = "passed"
+PASSED_WITHIN_ULP = "passed_within_ulp"  # bits differ, every element within --max-ulp
+FAILED = "failed"
+
+
+def list_verdict(reports: list[BitReport], max_ulp: int = 0) -> str:
+    """PASSED if every report is identical (two empty lists are: nothing differs),
+    PASSED_WITHIN_ULP if every one is within ``max_ulp`` ULP but some bits differ,
+    else FAILED. Lists of different lengths never get here: ``compare_tensor_lists``
+    raises for them."""
+    if not all(report.within_ulp(max_ulp) for report in reports):
+        return FAILED
+    return PASSED if all(report.identical for report in reports) else PASSED_WITHIN_ULP

@@ -1,0 +1,155 @@
+#include "comparison.h"
+
+#include "dtypes.h"
+#include "validation.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <limits>
+#include <sstream>
+
+namespace aoti_runner {
+namespace {
+
+std::string join(const std::vector<std::string>& parts, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    out += (i ? sep : "") + parts[i];
+  }
+  return out;
+}
+
+std::string hex_bits(const at::Tensor& int_scalar, int64_t width_bytes) {
+  const auto value = static_cast<uint64_t>(int_scalar.item<int64_t>());
+  const uint64_t mask = width_bytes >= 8 ? ~0ULL : ((1ULL << (width_bytes * 8)) - 1);
+  std::ostringstream out;
+  out << "0x" << std::hex << std::setw(static_cast<int>(width_bytes * 2))
+      << std::setfill('0') << (value & mask);
+  return out.str();
+}
+
+std::string format_value(double value) {
+  if (std::isnan(value)) {
+    return "nan";
+  }
+  std::ostringstream out;
+  out << std::setprecision(9) << value;
+  return out.str();
+}
+
+// Distance in ULP, element-wise, as double: floats are mapped to integers ordered like
+// the values (-0.0 and +0.0 both to 0). Same definition as verify.py's ulp_distance.
+at::Tensor ulp_distance(const at::Tensor& actual, const at::Tensor& expected,
+                        at::ScalarType int_dtype) {
+  if (!at::isFloatingType(expected.scalar_type())) {
+    return (actual.to(at::kDouble) - expected.to(at::kDouble)).abs().flatten();
+  }
+  const int64_t width_bits = 8 * static_cast<int64_t>(expected.element_size());
+  const int64_t sign_mask = static_cast<int64_t>((uint64_t{1} << (width_bits - 1)) - 1);
+  const auto ordered = [&](const at::Tensor& t) {
+    const auto bits = t.view(int_dtype).flatten().to(at::kLong);  // sign-extends
+    const auto magnitude = bits.bitwise_and(sign_mask);
+    return at::where(bits.lt(0), magnitude.neg(), magnitude);
+  };
+  const auto a = ordered(actual);
+  const auto e = ordered(expected);
+  const auto same_sign = a.ge(0).eq(e.ge(0));
+  // Opposite signs: |a| + |e| can overflow int64 for float64, so add in double.
+  auto distance = at::where(same_sign, (a - e).abs().to(at::kDouble),
+                            a.abs().to(at::kDouble) + e.abs().to(at::kDouble));
+  const auto a_nan = actual.flatten().isnan();
+  const auto e_nan = expected.flatten().isnan();
+  distance = at::where(a_nan.logical_and(e_nan), at::zeros_like(distance), distance);
+  return at::where(a_nan.logical_xor(e_nan), at::full_like(distance, INFINITY), distance);
+}
+
+std::string format_ulp(double value) {
+  if (std::isinf(value)) {
+    return "inf";
+  }
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(0) << value;
+  return out.str();
+}
+
+}  // namespace
+
+BitReport compare_bits(const at::Tensor& actual_in, const at::Tensor& expected_in) {
+  BitReport report;
+  const auto actual = actual_in.cpu().resolve_conj().resolve_neg().contiguous();
+  const auto expected = expected_in.cpu().resolve_conj().resolve_neg().contiguous();
+  report.numel = expected.numel();
+  if (actual.scalar_type() != expected.scalar_type()) {
+    report.num_differ = report.numel;
+    report.detail = "dtype differs: got " + dtype_name(actual.scalar_type()) + ", expected " +
+                    dtype_name(expected.scalar_type());
+    return report;
+  }
+  if (actual.sizes() != expected.sizes()) {
+    report.num_differ = report.numel;
+    report.detail = "shape differs: got " + format_sizes(actual) + ", expected " +
+                    format_sizes(expected);
+    return report;
+  }
+  const auto width = static_cast<int64_t>(actual.element_size());
+  const auto int_dtype = width == 1 ? at::kByte
+                         : width == 2 ? at::kShort
+                         : width == 4 ? at::kInt
+                                      : at::kLong;
+  const auto actual_bits = actual.view(int_dtype).flatten();
+  const auto expected_bits = expected.view(int_dtype).flatten();
+  const auto differ = actual_bits.ne(expected_bits);
+  report.num_differ = differ.sum().item<int64_t>();
+  report.identical = report.num_differ == 0;
+  if (report.identical) {
+    report.detail = "identical";
+    return report;
+  }
+  const int64_t flat = differ.nonzero().flatten()[0].item<int64_t>();
+  std::vector<std::string> index;
+  int64_t rest = flat;
+  for (int64_t d = actual.dim() - 1; d >= 0; --d) {
+    index.push_back(std::to_string(rest % actual.size(d)));
+    rest /= actual.size(d);
+  }
+  std::reverse(index.begin(), index.end());
+  const auto a = actual.flatten()[flat].to(at::kDouble).item<double>();
+  const auto e = expected.flatten()[flat].to(at::kDouble).item<double>();
+  const auto a64 = actual.to(at::kDouble).flatten();
+  const auto e64 = expected.to(at::kDouble).flatten();
+  const auto both_finite = a64.isfinite().logical_and(e64.isfinite());
+  const auto abs_diff = at::where(both_finite, (a64 - e64).abs(), at::zeros_like(a64));
+  const double max_abs = abs_diff.max().item<double>();
+  const auto relative = both_finite.logical_and(e64.ne(0));
+  const double max_rel =
+      at::where(relative, abs_diff / e64.abs().clamp_min(std::numeric_limits<double>::min()),
+                at::zeros_like(a64))
+          .max()
+          .item<double>();
+  report.max_ulp = ulp_distance(actual, expected, int_dtype).max().item<double>();
+  std::ostringstream out;
+  out << report.num_differ << " of " << report.numel << " elements differ; first at ["
+      << join(index, ", ") << "]: got " << format_value(a) << " ("
+      << hex_bits(actual_bits[flat], width) << "), expected " << format_value(e) << " ("
+      << hex_bits(expected_bits[flat], width) << "); max abs diff " << format_value(max_abs)
+      << ", max rel diff " << format_value(max_rel) << ", max ULP distance "
+      << format_ulp(*report.max_ulp);
+  report.detail = out.str();
+  return report;
+}
+
+Verdict list_verdict(const std::vector<BitReport>& reports, int64_t max_ulp) {
+  bool identical = true;
+  for (const auto& report : reports) {
+    if (!report.within_ulp(max_ulp)) {
+      return Verdict::kFailed;
+    }
+    identical = identical && report.identical;
+  }
+  return identical ? Verdict::kPassed : Verdict::kPassedWithinUlp;
+}
+
+}  // namespace aoti_runner

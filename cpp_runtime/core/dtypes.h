@@ -1,0 +1,26 @@
+// The dtype-name table of the package contract: Python's spelling ("float32",
+// "complex64") for every ScalarType a spec may name. Pairs with
+// python/identity_conv/package/dtypes.py; tests/contract/dtypes.json pins the two.
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace aoti_runner {
+
+// The dtype a spec names, or nullopt for a name outside the table.
+std::optional<c10::ScalarType> dtype_from_name(const std::string& name);
+
+// Python's spelling; for a ScalarType outside the table, c10's own name.
+std::string dtype_name(c10::ScalarType dtype);
+
+// The dtypes export_compile builds for, and runners draw random inputs of.
+bool is_export_dtype(const std::string& name);
+
+// Every name of the table, in table order.
+std::vector<std::string> dtype_names();
+
+}  // namespace aoti_runner

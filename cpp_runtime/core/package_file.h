@@ -1,0 +1,20 @@
+// Package files on disk: the checks before a .pt2 is opened, and its metadata (so
+// its spec) read without loading the compiled code. Pairs with
+// python/identity_conv/package/archive.py.
+#pragma once
+
+#include "package_spec.h"
+
+#include <map>
+#include <string>
+
+namespace aoti_runner {
+
+// Every metadata entry of the AOTI package at `path`. Throws RunnerError (kinds
+// "not_found", "damaged") for a missing, empty, non-zip or non-AOTI file.
+std::map<std::string, std::string> read_package_metadata(const std::string& path);
+
+// read_package_metadata, then spec_from_metadata.
+PackageSpec read_package_spec(const std::string& path);
+
+}  // namespace aoti_runner

@@ -1,0 +1,512 @@
+#include "package_spec.h"
+
+#include "dtypes.h"
+#include "errors.h"
+
+#include <algorithm>
+#include <limits>
+#include <sstream>
+
+namespace aoti_runner {
+namespace {
+
+using nlohmann::json;
+
+const char* const kReexport = "Re-export the package with export_compile.";
+
+RunnerError malformed(const std::string& detail) {
+  return RunnerError("package metadata is malformed: " + detail + ". " + kReexport, "malformed");
+}
+
+std::string type_name(const json& value) {
+  if (value.is_object()) return "object";
+  if (value.is_array()) return "array";
+  if (value.is_string()) return "string";
+  if (value.is_boolean()) return "boolean";
+  if (value.is_null()) return "null";
+  return "number";
+}
+
+int64_t get_int(const json& value, const std::string& where, int64_t low = 0) {
+  // JSON integers only (not 1.0, not true), within [low, int64 max].
+  bool ok = false;
+  int64_t result = 0;
+  if (value.is_number_unsigned()) {
+    const auto u = value.get<uint64_t>();
+    ok = u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    result = static_cast<int64_t>(u);
+  } else if (value.is_number_integer()) {
+    result = value.get<int64_t>();
+    ok = true;
+  }
+  if (!ok || result < low) {
+    throw malformed(where + ": expected an integer >= " + std::to_string(low) + ", got " +
+                    value.dump());
+  }
+  return result;
+}
+
+std::string get_string(const json& value, const std::string& where) {
+  if (!value.is_string()) {
+    throw malformed(where + ": expected a string, got " + type_name(value));
+  }
+  return value.get<std::string>();
+}
+
+const json& get_array(const json& value, const std::string& where) {
+  if (!value.is_array()) {
+    throw malformed(where + ": expected an array, got " + type_name(value));
+  }
+  return value;
+}
+
+std::string get_qualified(const json& value, const std::string& where) {
+  const auto name = get_string(value, where);
+  const auto sep = name.find("::");
+  if (sep == std::string::npos || sep == 0 || sep + 2 >= name.size()) {
+    throw malformed(where + ": expected a qualified name 'namespace::name', got " +
+                    json(name).dump());
+  }
+  return name;
+}
+
+// A member of an object, or null when absent (so each getter names what it wanted).
+const json& member(const json& object, const std::string& key) {
+  static const json null_value;
+  const auto it = object.find(key);
+  return it == object.end() ? null_value : *it;
+}
+
+std::string join(const std::vector<std::string>& parts, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    out += (i ? sep : "") + parts[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string OpRef::str() const {
+  return !overload || *overload == "default" ? name : name + "." + *overload;
+}
+
+std::string format_shape(const TensorSpec& spec) {
+  std::vector<std::string> dims;
+  for (const auto& d : spec.dims) {
+    dims.push_back(d.is_static() ? std::to_string(d.min)
+                                 : std::to_string(d.min) + ".." + std::to_string(d.max));
+  }
+  return "[" + join(dims, ", ") + "]";
+}
+
+PackageSpec parse_spec_document(const json& document) {
+  if (!document.is_object()) {
+    throw malformed("the spec must be a JSON object, got " + type_name(document));
+  }
+  PackageSpec spec;
+  const auto version = get_int(member(document, "schema_version"), "schema_version", 1);
+  if (version > kSchemaVersion) {
+    throw RunnerError("the package spec has schema version " + std::to_string(version) +
+                          ", but this runner reads versions up to " +
+                          std::to_string(kSchemaVersion) +
+                          ". Upgrade the runner, or re-export the package with this toolkit.",
+                      "unsupported_version");
+  }
+  spec.schema_version = static_cast<int>(version);
+  if (!document.contains("inputs")) {
+    throw malformed("the spec has no 'inputs'");
+  }
+  const auto get = [&](const std::string& key, const json& fallback) -> json {
+    return document.contains(key) ? document.at(key) : fallback;
+  };
+
+  const auto& inputs = get_array(document.at("inputs"), "inputs");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const auto where = "inputs[" + std::to_string(i) + "]";
+    const auto& item = inputs[i];
+    if (!item.is_object()) {
+      throw malformed(where + ": expected an object, got " + type_name(item));
+    }
+    TensorSpec tensor;
+    tensor.dtype = get_string(member(item, "dtype"), where + ".dtype");
+    if (!dtype_from_name(tensor.dtype)) {
+      throw malformed(where + ".dtype: unknown dtype " + json(tensor.dtype).dump());
+    }
+    const auto& dims = get_array(member(item, "dims"), where + ".dims");
+    for (size_t d = 0; d < dims.size(); ++d) {
+      const auto dim_where = where + ".dims[" + std::to_string(d) + "]";
+      if (!dims[d].is_object()) {
+        throw malformed(dim_where + ": expected an object, got " + type_name(dims[d]));
+      }
+      DimSpec dim;
+      dim.min = get_int(member(dims[d], "min"), dim_where + ".min");
+      dim.max = get_int(member(dims[d], "max"), dim_where + ".max");
+      if (dim.min > dim.max) {
+        throw malformed(dim_where + ": the range " + std::to_string(dim.min) + ".." +
+                        std::to_string(dim.max) + " is empty");
+      }
+      tensor.dims.push_back(dim);
+    }
+    spec.inputs.push_back(tensor);
+  }
+
+  const auto shapes = get("example_shapes", json::array());
+  get_array(shapes, "example_shapes");
+  if (!shapes.empty() && shapes.size() != spec.inputs.size()) {
+    throw malformed("example_shapes: " + std::to_string(shapes.size()) + " shape(s) for " +
+                    std::to_string(spec.inputs.size()) + " input(s)");
+  }
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const auto where = "example_shapes[" + std::to_string(i) + "]";
+    std::vector<int64_t> shape;
+    const auto& sizes = get_array(shapes[i], where);
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      shape.push_back(get_int(sizes[d], where + "[" + std::to_string(d) + "]"));
+    }
+    const auto& dims = spec.inputs[i].dims;
+    bool fits = shape.size() == dims.size();
+    for (size_t d = 0; fits && d < dims.size(); ++d) {
+      fits = dims[d].min <= shape[d] && shape[d] <= dims[d].max;
+    }
+    if (!fits) {
+      std::vector<std::string> parts;
+      for (const auto s : shape) parts.push_back(std::to_string(s));
+      throw malformed(where + ": [" + join(parts, ", ") + "] does not fit input " +
+                      std::to_string(i) + "'s " + format_shape(spec.inputs[i]));
+    }
+    spec.example_shapes.push_back(shape);
+  }
+
+  const auto groups = get("shared_dims", json::array());
+  get_array(groups, "shared_dims");
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto group_where = "shared_dims[" + std::to_string(g) + "]";
+    const auto& positions = get_array(groups[g], group_where);
+    std::vector<std::pair<int64_t, int64_t>> group;
+    for (size_t p = 0; p < positions.size(); ++p) {
+      const auto where = group_where + "[" + std::to_string(p) + "]";
+      const auto& pair = get_array(positions[p], where);
+      if (pair.size() != 2) {
+        throw malformed(where + ": expected [input, dim], got " + pair.dump());
+      }
+      const auto i = get_int(pair[0], where + "[0]");
+      const auto d = get_int(pair[1], where + "[1]");
+      if (static_cast<size_t>(i) >= spec.inputs.size() ||
+          static_cast<size_t>(d) >= spec.inputs[static_cast<size_t>(i)].dims.size()) {
+        throw malformed(where + ": input " + std::to_string(i) + " dim " + std::to_string(d) +
+                        " is not an input dim");
+      }
+      group.emplace_back(i, d);
+    }
+    if (group.size() < 2) {
+      throw malformed(group_where + ": a group needs two or more positions, got " +
+                      std::to_string(group.size()));
+    }
+    spec.shared_dims.push_back(group);
+  }
+
+  const auto ops = get("required_ops", json::array());
+  get_array(ops, "required_ops");
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const auto where = "required_ops[" + std::to_string(k) + "]";
+    if (!ops[k].is_object()) {
+      throw malformed(where + ": expected an object, got " + type_name(ops[k]));
+    }
+    OpRef op;
+    op.name = get_qualified(member(ops[k], "name"), where + ".name");
+    const auto& overload = member(ops[k], "overload");
+    if (!overload.is_null()) {
+      op.overload = get_string(overload, where + ".overload");
+    }
+    spec.required_ops.push_back(op);
+  }
+
+  const auto strings = [&](const std::string& key, bool qualified) {
+    std::vector<std::string> values;
+    const auto list = get(key, json::array());
+    get_array(list, key);
+    for (size_t k = 0; k < list.size(); ++k) {
+      const auto where = key + "[" + std::to_string(k) + "]";
+      values.push_back(qualified ? get_qualified(list[k], where) : get_string(list[k], where));
+    }
+    return values;
+  };
+  spec.required_classes = strings("required_classes", true);
+  spec.op_libraries = strings("op_libraries", false);
+  spec.cpu_flags = strings("cpu_flags", false);
+  spec.python_only_ops = strings("python_only_ops", true);
+  spec.fake_modules = strings("fake_modules", false);
+
+  const auto is_identity = get("is_identity", false);
+  if (!is_identity.is_boolean()) {
+    throw malformed("is_identity: expected a boolean, got " + type_name(is_identity));
+  }
+  spec.is_identity = is_identity.get<bool>();
+  spec.device = get_string(get("device", "cpu"), "device");
+  spec.torch_version = get_string(get("torch_version", "unknown"), "torch_version");
+  spec.optimizations = get_string(get("optimizations", ""), "optimizations");
+  spec.cache_key = get_string(get("cache_key", ""), "cache_key");
+  spec.onnx_mode = get_string(get("onnx_mode", ""), "onnx_mode");
+  get_array(get("verified", json::array()), "verified");
+  return spec;
+}
+
+json spec_to_document(const PackageSpec& spec) {
+  json inputs = json::array();
+  for (const auto& input : spec.inputs) {
+    json dims = json::array();
+    for (const auto& d : input.dims) {
+      dims.push_back({{"min", d.min}, {"max", d.max}});
+    }
+    inputs.push_back({{"dtype", input.dtype}, {"dims", dims}});
+  }
+  json groups = json::array();
+  for (const auto& group : spec.shared_dims) {
+    json positions = json::array();
+    for (const auto& [i, d] : group) {
+      positions.push_back({i, d});
+    }
+    groups.push_back(positions);
+  }
+  json ops = json::array();
+  for (const auto& op : spec.required_ops) {
+    json entry = {{"name", op.name}};
+    if (op.overload) {
+      entry["overload"] = *op.overload;
+    }
+    ops.push_back(entry);
+  }
+  return {
+      {"schema_version", kSchemaVersion},
+      {"inputs", inputs},
+      {"example_shapes", spec.example_shapes},
+      {"shared_dims", groups},
+      {"device", spec.device},
+      {"required_ops", ops},
+      {"required_classes", spec.required_classes},
+      {"python_only_ops", spec.python_only_ops},
+      {"op_libraries", spec.op_libraries},
+      {"fake_modules", spec.fake_modules},
+      {"is_identity", spec.is_identity},
+      {"torch_version", spec.torch_version},
+      {"cpu_flags", spec.cpu_flags},
+      {"optimizations", spec.optimizations},
+      {"cache_key", spec.cache_key},
+      {"onnx_mode", spec.onnx_mode},
+  };
+}
+
+namespace {
+
+// The legacy grammar: sizes are plain decimal digits only ("1_0", " 3", "+3" and
+// empty parts are malformed), as in the Python converter.
+int64_t legacy_int(const std::string& text, const std::string& where) {
+  const bool digits = !text.empty() &&
+                      std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  try {
+    if (digits) {
+      return std::stoll(text);
+    }
+  } catch (const std::out_of_range&) {  // past int64: malformed, as in Python's parse
+  }
+  throw malformed(where + ": expected a non-negative integer, got " + json(text).dump());
+}
+
+// "" -> {}; otherwise every part, empty ones included (the caller refuses them).
+std::vector<std::string> legacy_split(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  if (text.empty()) {
+    return parts;
+  }
+  size_t start = 0;
+  while (true) {
+    const auto end = text.find(sep, start);
+    parts.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) {
+      return parts;
+    }
+    start = end + 1;
+  }
+}
+
+}  // namespace
+
+json legacy_document(const std::map<std::string, std::string>& metadata) {
+  const auto get = [&](const std::string& key, const std::string& fallback = "") {
+    const auto it = metadata.find(kLegacyPrefix + key);
+    return it == metadata.end() ? fallback : it->second;
+  };
+  const auto names = [&](const std::string& key) {
+    const auto parts = legacy_split(get(key), ',');
+    for (const auto& part : parts) {
+      if (part.empty()) {
+        throw malformed(std::string(kLegacyPrefix) + key + ": empty entry in " + json(get(key)).dump());
+      }
+    }
+    return parts;
+  };
+
+  json inputs = json::array();
+  for (const auto& text : legacy_split(get("inputs"), ';')) {
+    const auto colon = text.find(':');
+    if (colon == std::string::npos || colon == 0) {
+      throw malformed(std::string(kLegacyPrefix) + "inputs: input spec " + json(text).dump() +
+                      " has no dtype");
+    }
+    const auto where = std::string(kLegacyPrefix) + "inputs: input spec " + json(text).dump();
+    json dims = json::array();
+    for (const auto& dim : legacy_split(text.substr(colon + 1), ',')) {
+      const auto dots = dim.find("..");
+      const auto low = legacy_int(dots == std::string::npos ? dim : dim.substr(0, dots), where);
+      const auto high = dots == std::string::npos ? low : legacy_int(dim.substr(dots + 2), where);
+      dims.push_back({{"min", low}, {"max", high}});
+    }
+    inputs.push_back({{"dtype", text.substr(0, colon)}, {"dims", dims}});
+  }
+
+  // The old writer joined shapes with ";" and sizes with ",", so a 0-d input's shape
+  // is an empty part: keep empty parts when they give one shape per input. An empty
+  // entry with no 0-d input means no shapes were recorded.
+  const auto shapes_text = get("example_shapes");
+  std::vector<std::string> parts;
+  for (size_t start = 0;;) {
+    const auto end = shapes_text.find(';', start);
+    parts.push_back(shapes_text.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  const bool no_scalar = std::all_of(inputs.begin(), inputs.end(),
+                                     [](const json& item) { return !item["dims"].empty(); });
+  json shapes = json::array();
+  if (shapes_text.empty() && no_scalar) {
+    // no shapes
+  } else if (parts.size() == inputs.size()) {
+    for (const auto& part : parts) {
+      json shape = json::array();
+      for (const auto& size : legacy_split(part, ',')) {
+        shape.push_back(legacy_int(size, std::string(kLegacyPrefix) + "example_shapes"));
+      }
+      shapes.push_back(shape);
+    }
+  } else {
+    throw malformed(std::string(kLegacyPrefix) + "example_shapes: " + std::to_string(parts.size()) +
+                    " shape(s) for " + std::to_string(inputs.size()) + " input(s)");
+  }
+
+  json groups = json::array();
+  for (const auto& group : legacy_split(get("shared_dims"), ';')) {
+    json positions = json::array();
+    for (const auto& position : legacy_split(group, ',')) {
+      const auto where = std::string(kLegacyPrefix) + "shared_dims";
+      const auto dot = position.find('.');
+      if (dot == std::string::npos) {
+        throw malformed(where + ": expected INPUT.DIM, got " + json(position).dump());
+      }
+      positions.push_back({legacy_int(position.substr(0, dot), where),
+                           legacy_int(position.substr(dot + 1), where)});
+    }
+    groups.push_back(positions);
+  }
+
+  json ops = json::array();
+  for (const auto& name : names("required_ops")) {
+    ops.push_back({{"name", name}});  // schema 1 recorded no overloads: any will do
+  }
+  std::vector<std::string> flags;
+  std::istringstream words(get("cpu_flags"));
+  for (std::string word; words >> word;) {
+    flags.push_back(word);
+  }
+  return {
+      {"schema_version", 1},
+      {"inputs", inputs},
+      {"example_shapes", shapes},
+      {"shared_dims", groups},
+      {"device", get("device", "cpu")},
+      {"required_ops", ops},
+      {"required_classes", names("required_classes")},
+      {"python_only_ops", names("python_only_ops")},
+      {"op_libraries", names("op_libraries")},
+      {"fake_modules", names("fake_modules")},
+      {"is_identity", get("is_identity") == "1"},
+      {"torch_version", get("torch_version", "unknown")},
+      {"cpu_flags", flags},
+      {"optimizations", get("optimizations")},
+      {"cache_key", get("cache_key")},
+      {"onnx_mode", get("onnx_mode")},
+  };
+}
+
+PackageSpec spec_from_metadata(const std::map<std::string, std::string>& metadata,
+                               const std::string& path) {
+  json document;
+  const auto it = metadata.find(kSpecKey);
+  if (it != metadata.end()) {
+    try {
+      document = json::parse(it->second);
+    } catch (const json::parse_error& e) {
+      throw malformed(std::string(kSpecKey) + " is not valid JSON (" + e.what() + ")");
+    }
+  } else if (metadata.count(std::string(kLegacyPrefix) + "inputs")) {
+    document = legacy_document(metadata);
+  } else {
+    throw RunnerError("package " + path + " has no identity_conv spec (no '" + kSpecKey +
+                          "' entry), so its inputs cannot be validated.\nCreate the package with "
+                          "`export_compile`, which records it.",
+                      "missing");
+  }
+  auto spec = parse_spec_document(document);
+  for (const auto& [key, value] : metadata) {
+    if (key.rfind(kLegacyPrefix, 0) != 0) {
+      spec.aoti[key] = value;
+    }
+  }
+  return spec;
+}
+
+std::vector<std::pair<std::string, std::string>> describe_package(const PackageSpec& spec) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
+    rows.emplace_back("input[" + std::to_string(i) + "]",
+                      format_shape(spec.inputs[i]) + " " + spec.inputs[i].dtype);
+  }
+  const auto aoti = [&](const std::string& key) {
+    const auto it = spec.aoti.find(key);
+    return it == spec.aoti.end() ? std::string() : it->second;
+  };
+  std::vector<std::string> ops;
+  for (const auto& op : spec.required_ops) {
+    ops.push_back(op.str());
+  }
+  std::vector<std::string> groups;
+  for (const auto& group : spec.shared_dims) {
+    std::vector<std::string> positions;
+    for (const auto& [i, d] : group) {
+      positions.push_back("input[" + std::to_string(i) + "] dim " + std::to_string(d));
+    }
+    groups.push_back(join(positions, " = "));
+  }
+  rows.emplace_back("spec", "schema " + std::to_string(spec.schema_version) +
+                                (spec.schema_version < 2 ? " (legacy entries)" : ""));
+  rows.emplace_back("device", spec.device);
+  rows.emplace_back("required ops", join(ops, ", "));
+  rows.emplace_back("required classes", join(spec.required_classes, ", "));
+  rows.emplace_back("op libraries", join(spec.op_libraries, ", "));
+  rows.emplace_back("python-only ops",
+                    spec.python_only_ops.empty() ? "none" : join(spec.python_only_ops, ", "));
+  rows.emplace_back("fake modules", join(spec.fake_modules, ", "));
+  rows.emplace_back("shared dims", join(groups, "; "));
+  rows.emplace_back("optimizations", spec.optimizations);
+  rows.emplace_back("identity model", spec.is_identity ? "yes" : "no");
+  rows.emplace_back("torch version", spec.torch_version);
+  rows.emplace_back("platform", aoti("AOTI_PLATFORM") + " " + aoti("AOTI_MACHINE"));
+  rows.emplace_back("cpu isa", aoti("AOTI_CPU_ISA"));
+  rows.emplace_back("compute capability", aoti("AOTI_COMPUTE_CAPABILITY"));
+  if (!spec.onnx_mode.empty()) {
+    rows.emplace_back("onnx mode", spec.onnx_mode);
+  }
+  return rows;
+}
+
+}  // namespace aoti_runner

@@ -1,0 +1,92 @@
+// The package spec: what a package needs and accepts, recorded by export_compile as
+// one versioned JSON document under the metadata key "identity_conv.spec", parsed
+// here with nlohmann-json. Pairs with python/identity_conv/package/spec.py; the
+// vectors in tests/contract/spec_vectors.json pin both parsers to one verdict.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace aoti_runner {
+
+constexpr const char* kSpecKey = "identity_conv.spec";
+constexpr int kSchemaVersion = 2;
+// Before the JSON document: one metadata entry per field, "identity_conv.<field>".
+constexpr const char* kLegacyPrefix = "identity_conv.";
+
+// One dimension of an input spec: a fixed size, or a [min, max] range.
+struct DimSpec {
+  int64_t min = 0;
+  int64_t max = 0;
+  bool is_static() const {
+    return min == max;
+  }
+};
+
+struct TensorSpec {
+  std::vector<DimSpec> dims;
+  std::string dtype;  // Python spelling: "float32", "bfloat16", ...
+};
+
+// A custom op the package calls, with its overload ("default" for the unnamed one);
+// no overload (packages from before overloads were recorded): any overload will do.
+struct OpRef {
+  std::string name;
+  std::optional<std::string> overload;
+  std::string str() const;  // "ns::op" or "ns::op.overload"
+};
+
+struct PackageSpec {
+  std::vector<TensorSpec> inputs;
+  std::string device = "cpu";
+  std::vector<OpRef> required_ops;
+  std::vector<std::string> required_classes;
+  std::vector<std::string> op_libraries;
+  bool is_identity = false;
+  std::string torch_version = "unknown";
+  // The shapes the package was verified at (none, or one per input).
+  std::vector<std::vector<int64_t>> example_shapes;
+  // Instruction-set flags of the compile host (AOTI compiles with -march=native).
+  std::vector<std::string> cpu_flags;
+  // Ops only Python can run (exported with --allow-python-ops): this runner refuses.
+  std::vector<std::string> python_only_ops;
+  // Modules the Python runner imports for fakes or Python ops (shown by --inspect).
+  std::vector<std::string> fake_modules;
+  std::string optimizations;  // what export_compile's graph optimizations did
+  // Groups of (input, dim) positions that must have equal sizes (one dynamic dim).
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> shared_dims;
+  std::string cache_key;
+  std::string onnx_mode;
+  int schema_version = kSchemaVersion;  // the version the spec was read from
+  std::map<std::string, std::string> aoti;  // AOTI's own metadata entries (ISA, machine, ...)
+};
+
+// Validates a spec document and builds the PackageSpec. Unknown keys are ignored.
+// Throws RunnerError of kind "malformed" or "unsupported_version".
+PackageSpec parse_spec_document(const nlohmann::json& document);
+
+// The document of a spec (schema kSchemaVersion), as the Python writer writes it.
+nlohmann::json spec_to_document(const PackageSpec& spec);
+
+// Converts the "identity_conv.*" entries of a package from before the document.
+// Throws RunnerError of kind "malformed".
+nlohmann::json legacy_document(const std::map<std::string, std::string>& metadata);
+
+// The spec of a package's metadata: the document, else the legacy entries.
+// Throws RunnerError of kind "missing", "malformed" or "unsupported_version".
+PackageSpec spec_from_metadata(const std::map<std::string, std::string>& metadata,
+                               const std::string& path);
+
+// The facts --inspect prints, as ordered (name, value) rows (the same rows as
+// inspect_package).
+std::vector<std::pair<std::string, std::string>> describe_package(const PackageSpec& spec);
+
+std::string format_shape(const TensorSpec& spec);
+
+}  // namespace aoti_runner

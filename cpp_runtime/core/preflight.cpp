@@ -1,0 +1,166 @@
+#include "preflight.h"
+
+#include "errors.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/cuda.h>
+#include <torch/custom_class.h>
+#include <torch/version.h>
+
+#include <sys/utsname.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace aoti_runner {
+namespace {
+
+std::string join(const std::vector<std::string>& parts, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    out += (i ? sep : "") + parts[i];
+  }
+  return out;
+}
+
+std::set<std::string> host_cpu_flags() {
+  std::set<std::string> flags;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) {
+      continue;
+    }
+    auto key = line.substr(0, colon);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    if (key == "flags" || key == "Features") {
+      std::istringstream words(line.substr(colon + 1));
+      for (std::string word; words >> word;) {
+        flags.insert(word);
+      }
+    }
+  }
+  return flags;
+}
+
+bool dispatcher_has_op(const OpRef& op) {
+  auto& dispatcher = c10::Dispatcher::singleton();
+  if (op.overload) {
+    const std::string overload = *op.overload == "default" ? "" : *op.overload;
+    return dispatcher.findSchema(c10::OperatorName(op.name, overload)).has_value();
+  }
+  for (const auto& name : dispatcher.getAllOpNames()) {  // any overload of the name
+    if (name.name == op.name) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool registered_class(const std::string& qualname) {
+  const auto sep = qualname.find("::");
+  const std::string fqn = "__torch__.torch.classes." + qualname.substr(0, sep) + "." +
+                          (sep == std::string::npos ? "" : qualname.substr(sep + 2));
+  return torch::getCustomClass(fqn) != nullptr;
+}
+
+std::string base_version(const std::string& version) {
+  return version.substr(0, version.find('+'));  // "2.13.0+cpu" -> "2.13.0"
+}
+
+}  // namespace
+
+HostFacts this_host() {
+  HostFacts host;
+  host.torch_version = TORCH_VERSION;
+  struct utsname info {};
+  host.machine = uname(&info) == 0 ? std::string(info.machine) : std::string();
+  host.cpu_flags = host_cpu_flags();
+  host.cuda_available = torch::cuda::is_available();
+  host.has_op = dispatcher_has_op;
+  host.has_class = registered_class;
+  return host;
+}
+
+void check_runs_here(const PackageSpec& spec, const HostFacts& host) {
+  if (base_version(spec.torch_version) != base_version(host.torch_version)) {
+    throw RunnerError("the package was compiled with torch " + spec.torch_version +
+                          ", but this runner is built against torch " + host.torch_version +
+                          ". AOTI packages are not portable across torch versions; re-export the "
+                          "package with this torch.",
+                      "torch_version");
+  }
+  const auto device_type = spec.device.substr(0, spec.device.find(':'));
+  if (device_type != "cpu" && device_type != "cuda") {
+    throw RunnerError("the package was compiled for device '" + spec.device +
+                          "', which this runner does not support (cpu or cuda).",
+                      "device");
+  }
+  if (device_type == "cuda" && !host.cuda_available) {
+    throw RunnerError("the package was compiled for " + spec.device +
+                          ", but this process has no usable CUDA device (torch::cuda::is_available() "
+                          "is false).\nRun it on a CUDA machine, or re-export with --device cpu.",
+                      "device");
+  }
+  const auto machine_it = spec.aoti.find("AOTI_MACHINE");
+  const auto machine = machine_it == spec.aoti.end() ? std::string() : machine_it->second;
+  if (!machine.empty() && machine != host.machine) {
+    throw RunnerError("the package was compiled for " + machine + ", but this host is " +
+                          host.machine + ". Re-export the package on this kind of machine.",
+                      "machine");
+  }
+  std::vector<std::string> missing;
+  for (const auto& flag : spec.cpu_flags) {
+    if (!host.cpu_flags.count(flag)) {
+      missing.push_back(flag);
+    }
+  }
+  if (!missing.empty()) {
+    const auto isa_it = spec.aoti.find("AOTI_CPU_ISA");
+    const auto isa = isa_it == spec.aoti.end() ? std::string("?") : isa_it->second;
+    throw RunnerError("the package was compiled (with -march=native, AOTI ISA '" + isa +
+                          "') on a CPU with " + join(missing, ", ") +
+                          ", which this host lacks. Running it could crash with an illegal "
+                          "instruction. Re-export the package on this host or one with the same "
+                          "CPU features.",
+                      "cpu_flags");
+  }
+  if (!spec.python_only_ops.empty() && !host.python) {
+    throw RunnerError("the package calls " + join(spec.python_only_ops, ", ") +
+                          ", which only Python can run (export_compile wrote it with "
+                          "--allow-python-ops, for the Python runtime only). This runner has no "
+                          "Python.\nRun it with run_inference, or define the ops in C++ "
+                          "(TORCH_LIBRARY in an op library) and re-export without "
+                          "--allow-python-ops.",
+                      "python_only");
+  }
+}
+
+void check_required_symbols(const PackageSpec& spec, const HostFacts& host) {
+  std::vector<std::string> missing;
+  for (const auto& op : spec.required_ops) {
+    if (!host.has_op(op)) {
+      missing.push_back("op " + op.str());
+    }
+  }
+  for (const auto& cls : spec.required_classes) {
+    if (!host.has_class(cls)) {
+      missing.push_back("class " + cls);
+    }
+  }
+  if (missing.empty()) {
+    return;
+  }
+  const std::string libs =
+      spec.op_libraries.empty() ? std::string("the op library") : join(spec.op_libraries, ", ");
+  throw RunnerError("the package needs " + join(missing, " and ") +
+                        ", which no loaded library registers. They are defined in " + libs +
+                        ".\nPass each library after the package or with --op-lib, e.g.: "
+                        "aoti_runner <model.pt2> " +
+                        (spec.op_libraries.empty() ? std::string("build/libidentity_conv_ops.so")
+                                                   : join(spec.op_libraries, " ")),
+                    "missing_symbols");
+}
+
+}  // namespace aoti_runner

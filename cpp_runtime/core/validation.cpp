@@ -1,0 +1,123 @@
+#include "validation.h"
+
+#include "dtypes.h"
+#include "errors.h"
+
+#include <c10/util/StringUtil.h>
+
+namespace aoti_runner {
+
+std::string format_sizes(const std::vector<int64_t>& sizes) {
+  std::string out = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    out += (i ? ", " : "") + std::to_string(sizes[i]);
+  }
+  return out + "]";
+}
+
+std::string format_sizes(const at::Tensor& t) {
+  return format_sizes(t.sizes().vec());
+}
+
+InputDesc describe_input(const at::Tensor& t) {
+  InputDesc desc;
+  desc.dtype = dtype_name(t.scalar_type());
+  desc.shape = t.sizes().vec();
+  desc.device = t.device().is_cpu() ? "cpu" : t.device().str();
+  // Python's spelling (c10 says "Sparse", "SparseCsr", ...), as in the messages there.
+  switch (t.layout()) {
+    case at::kStrided: desc.layout = "strided"; break;
+    case at::kSparse: desc.layout = "sparse_coo"; break;
+    case at::kSparseCsr: desc.layout = "sparse_csr"; break;
+    case at::kSparseCsc: desc.layout = "sparse_csc"; break;
+    case at::kSparseBsr: desc.layout = "sparse_bsr"; break;
+    case at::kSparseBsc: desc.layout = "sparse_bsc"; break;
+    default: desc.layout = c10::str(t.layout()); break;
+  }
+  return desc;
+}
+
+void check_inputs(const std::vector<InputDesc>& inputs, const PackageSpec& spec) {
+  if (inputs.size() != spec.inputs.size()) {
+    throw RunnerError("wrong number of inputs: the package expects " +
+                          std::to_string(spec.inputs.size()) + ", got " +
+                          std::to_string(inputs.size()) + ".",
+                      "count");
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const auto& given = inputs[i];
+    const auto& expected = spec.inputs[i];
+    const std::string name = "input[" + std::to_string(i) + "]";
+    if (given.shape.size() != expected.dims.size()) {
+      throw RunnerError(name + ": expected rank " + std::to_string(expected.dims.size()) + " " +
+                            format_shape(expected) + ", got rank " +
+                            std::to_string(given.shape.size()) + " " + format_sizes(given.shape) + ".",
+                        "rank");
+    }
+    for (size_t d = 0; d < expected.dims.size(); ++d) {
+      const auto size = given.shape[d];
+      const auto& dim = expected.dims[d];
+      if (size < dim.min || size > dim.max) {
+        const std::string want = dim.is_static()
+                                     ? std::to_string(dim.min)
+                                     : "a size in [" + std::to_string(dim.min) + ", " +
+                                           std::to_string(dim.max) + "]";
+        throw RunnerError(name + ": dim " + std::to_string(d) + " expected " + want + ", got " +
+                              std::to_string(size) + " (shape " + format_sizes(given.shape) +
+                              ", package expects " + format_shape(expected) + ").",
+                          "dim");
+      }
+    }
+    if (given.dtype != expected.dtype) {
+      // Re-exporting is a fix only for a dtype export_compile builds for.
+      const std::string reexport = is_export_dtype(given.dtype)
+                                       ? ", or re-export the package with --dtype " + given.dtype
+                                       : "";
+      throw RunnerError(name + ": expected dtype " + expected.dtype + ", got " + given.dtype +
+                            ". Convert the input to " + expected.dtype + reexport + ".",
+                        "dtype");
+    }
+    const auto type_of = [](const std::string& device) { return device.substr(0, device.find(':')); };
+    if (type_of(given.device) != type_of(spec.device)) {
+      throw RunnerError(name + ": expected a tensor on " + spec.device + ", got one on " +
+                            given.device + ".",
+                        "device");
+    }
+    if (given.layout != "strided") {
+      throw RunnerError(name + ": expected a dense (strided) tensor, got layout " + given.layout + ".",
+                        "layout");
+    }
+  }
+  for (const auto& group : spec.shared_dims) {
+    const auto [i0, d0] = group.front();
+    const auto first = inputs[static_cast<size_t>(i0)].shape[static_cast<size_t>(d0)];
+    for (size_t k = 1; k < group.size(); ++k) {
+      const auto [i, d] = group[k];
+      const auto size = inputs[static_cast<size_t>(i)].shape[static_cast<size_t>(d)];
+      if (size != first) {
+        throw RunnerError("input[" + std::to_string(i) + "]: dim " + std::to_string(d) +
+                              " must equal input[" + std::to_string(i0) + "] dim " +
+                              std::to_string(d0) +
+                              " (the package compiled them as one dynamic size), got " +
+                              std::to_string(size) + " and " + std::to_string(first) + ".",
+                          "shared_dim");
+      }
+    }
+  }
+}
+
+std::vector<at::Tensor> validate_inputs(const std::vector<at::Tensor>& inputs,
+                                        const PackageSpec& spec) {
+  std::vector<InputDesc> descs;
+  for (const auto& t : inputs) {
+    descs.push_back(describe_input(t));
+  }
+  check_inputs(descs, spec);
+  std::vector<at::Tensor> ready;
+  for (const auto& t : inputs) {
+    ready.push_back(t.resolve_conj().resolve_neg().contiguous());
+  }
+  return ready;
+}
+
+}  // namespace aoti_runner

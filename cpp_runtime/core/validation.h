@@ -1,0 +1,39 @@
+// Input validation against the package spec: count, rank, each dim, dtype, device,
+// layout, then shared dims. AOTI checks none of these by default and reads out of
+// bounds or returns garbage on a wrong input. The decision is made on InputDesc, so
+// the vectors in tests/contract/validation_vectors.json pin it against
+// python/identity_conv/runtime/validation.py without building tensors.
+#pragma once
+
+#include "package_spec.h"
+
+#include <ATen/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace aoti_runner {
+
+struct InputDesc {
+  std::string dtype;  // Python spelling
+  std::vector<int64_t> shape;
+  std::string device = "cpu";
+  std::string layout = "strided";
+};
+
+InputDesc describe_input(const at::Tensor& t);
+
+// Throws a one-line RunnerError on the first mismatch. Kinds: count, rank, dim, dtype,
+// device, layout, shared_dim.
+void check_inputs(const std::vector<InputDesc>& inputs, const PackageSpec& spec);
+
+// check_inputs on the tensors, then copies ready for AOTI (lazy negation/conjugation
+// applied, contiguous: AOTI reads dense row-major buffers).
+std::vector<at::Tensor> validate_inputs(const std::vector<at::Tensor>& inputs,
+                                        const PackageSpec& spec);
+
+std::string format_sizes(const std::vector<int64_t>& sizes);
+std::string format_sizes(const at::Tensor& t);
+
+}  // namespace aoti_runner

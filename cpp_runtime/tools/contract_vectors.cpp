@@ -1,0 +1,159 @@
+// contract_vectors SUITE FILE: runs each vector of a tests/contract/*.json file
+// through the runner core and prints {"name": verdict, ...} as JSON. The pytest side
+// (tests/test_contract.py) runs the same vectors through the Python modules and
+// checks both against each vector's expected verdict. No Python in this process.
+#include "comparison.h"
+#include "dtypes.h"
+#include "errors.h"
+#include "package_spec.h"
+#include "preflight.h"
+#include "random_inputs.h"
+#include "validation.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+
+namespace {
+
+using aoti_runner::RunnerError;
+using nlohmann::json;
+
+// Metadata values are strings in a package; a vector may write a document as an
+// object for readability, and it is serialized here as the writer would.
+std::map<std::string, std::string> metadata_of(const json& metadata) {
+  std::map<std::string, std::string> entries;
+  for (const auto& [key, value] : metadata.items()) {
+    entries[key] = value.is_string() ? value.get<std::string>() : value.dump();
+  }
+  return entries;
+}
+
+aoti_runner::PackageSpec spec_of(const json& vector) {
+  auto spec = aoti_runner::parse_spec_document(vector.at("spec"));
+  if (vector.contains("aoti")) {
+    spec.aoti = vector.at("aoti").get<std::map<std::string, std::string>>();
+  }
+  return spec;
+}
+
+// A tensor from its bit patterns: {"dtype", "shape", "bits": ["0x3f800000", ...]}.
+at::Tensor tensor_of(const json& description) {
+  const auto dtype = *aoti_runner::dtype_from_name(description.at("dtype").get<std::string>());
+  const auto shape = description.at("shape").get<std::vector<int64_t>>();
+  std::vector<int64_t> values;
+  for (const auto& bits : description.at("bits")) {
+    values.push_back(static_cast<int64_t>(std::stoull(bits.get<std::string>(), nullptr, 16)));
+  }
+  const auto width = c10::elementSize(dtype);
+  const auto int_dtype = width == 1 ? at::kByte : width == 2 ? at::kShort : width == 4 ? at::kInt : at::kLong;
+  const auto raw = at::tensor(values, at::TensorOptions().dtype(at::kLong)).to(int_dtype);
+  return raw.view(dtype).reshape(shape);
+}
+
+json run_vector(const std::string& suite, const json& vector) {
+  try {
+    if (suite == "spec") {
+      const auto spec = aoti_runner::spec_from_metadata(metadata_of(vector.at("metadata")), "vector");
+      auto document = aoti_runner::spec_to_document(spec);
+      document["schema_version"] = spec.schema_version;
+      return {{"ok", document}};
+    }
+    if (suite == "preflight") {
+      const auto spec = spec_of(vector);
+      const auto& facts = vector.at("host");
+      aoti_runner::HostFacts host;
+      host.torch_version = facts.at("torch_version");
+      host.machine = facts.at("machine");
+      host.cpu_flags = facts.at("cpu_flags").get<std::set<std::string>>();
+      host.cuda_available = facts.at("cuda_available");
+      const auto ops = facts.value("ops", json::array());
+      host.has_op = [ops](const aoti_runner::OpRef& op) {
+        for (const auto& registered : ops) {
+          if (registered.at("name") == op.name &&
+              (!op.overload || registered.at("overload") == *op.overload)) {
+            return true;
+          }
+        }
+        return false;
+      };
+      const auto classes = facts.value("classes", std::vector<std::string>{});
+      host.has_class = [classes](const std::string& cls) {
+        return std::find(classes.begin(), classes.end(), cls) != classes.end();
+      };
+      aoti_runner::check_runs_here(spec, host);
+      aoti_runner::check_required_symbols(spec, host);
+      return "ok";
+    }
+    if (suite == "validation") {
+      const auto spec = spec_of(vector);
+      std::vector<aoti_runner::InputDesc> inputs;
+      for (const auto& item : vector.at("inputs")) {
+        aoti_runner::InputDesc desc;
+        desc.dtype = item.at("dtype");
+        desc.shape = item.at("shape").get<std::vector<int64_t>>();
+        desc.device = item.value("device", "cpu");
+        desc.layout = item.value("layout", "strided");
+        inputs.push_back(desc);
+      }
+      aoti_runner::check_inputs(inputs, spec);
+      return "ok";
+    }
+    if (suite == "random") {
+      return {{"shapes", aoti_runner::random_input_shapes(spec_of(vector))}};
+    }
+    if (suite == "comparison") {
+      std::vector<aoti_runner::BitReport> reports;
+      json details = json::array();
+      const auto& actual = vector.at("actual");
+      const auto& expected = vector.at("expected");
+      for (size_t i = 0; i < actual.size(); ++i) {
+        reports.push_back(aoti_runner::compare_bits(tensor_of(actual[i]), tensor_of(expected[i])));
+        details.push_back(reports.back().detail);
+      }
+      const auto verdict = aoti_runner::list_verdict(reports, vector.value("max_ulp", 0));
+      const char* names[] = {"passed", "passed_within_ulp", "failed"};
+      return {{"verdict", names[static_cast<int>(verdict)]}, {"details", details}};
+    }
+    if (suite == "dtypes") {
+      const auto name = vector.at("name").get<std::string>();
+      const auto dtype = aoti_runner::dtype_from_name(name);
+      if (!dtype) {
+        return {{"error", "unknown"}};
+      }
+      return {{"name", aoti_runner::dtype_name(*dtype)}, {"scalar_type", c10::toString(*dtype)}};
+    }
+  } catch (const RunnerError& e) {
+    return {{"error", e.kind()}, {"message", e.what()}};
+  }
+  throw std::invalid_argument("unknown suite " + suite);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::cerr << "usage: contract_vectors spec|preflight|validation|random|comparison|dtypes FILE\n";
+    return 2;
+  }
+  try {
+    std::ifstream file(argv[2]);
+    const auto vectors = json::parse(file);
+    json results = json::object();
+    for (const auto& vector : vectors.at("vectors")) {
+      results[vector.at("name").get<std::string>()] = run_vector(argv[1], vector);
+    }
+    if (std::string(argv[1]) == "dtypes") {
+      results["__table__"] = aoti_runner::dtype_names();
+    }
+    std::cout << results.dump(1) << "\n";
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "contract_vectors: error: " << e.what() << "\n";
+    return 2;
+  }
+}

@@ -1,0 +1,87 @@
+"""Input validation against the package spec: count, rank, each dim, dtype, device,
+layout, then shared dims. AOTI itself checks none of these by default, and reads out
+of bounds or returns garbage on a wrong input.
+
+The decision is made on InputDesc (what a tensor looks like), so the vectors in
+tests/contract/validation_vectors.json can pin it against
+cpp_runtime/core/validation.cpp without building tensors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InputError
+from ..package.dtypes import DTYPES, dtype_name
+from ..package.spec import PackageSpec
+
+
+@dataclass(frozen=True)
+class InputDesc:
+    """An input as validation sees it."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    device: str = "cpu"
+    layout: str = "strided"
+
+    @classmethod
+    def of(cls, tensor: object) -> "InputDesc":
+        import torch
+
+        assert isinstance(tensor, torch.Tensor)
+        layout = "strided" if tensor.layout == torch.strided else str(tensor.layout).removeprefix("torch.")
+        return cls(dtype_name(tensor.dtype), tuple(tensor.shape), str(tensor.device), layout)
+
+
+def check_inputs(inputs: list[InputDesc], spec: PackageSpec) -> None:
+    """Raise InputError, one line naming the input, the expected and the actual value,
+    on the first mismatch. Kinds: count, rank, dim, dtype, device, layout, shared_dim."""
+    if len(inputs) != len(spec.inputs):
+        raise InputError(
+            f"wrong number of inputs: the package expects {len(spec.inputs)}, got {len(inputs)}.", kind="count"
+        )
+    for i, (given, expected) in enumerate(zip(inputs, spec.inputs)):
+        name = f"input[{i}]"
+        if len(given.shape) != len(expected.dims):
+            raise InputError(
+                f"{name}: expected rank {len(expected.dims)} {expected.shape_str()}, got rank {len(given.shape)} "
+                f"{list(given.shape)}.",
+                kind="rank",
+            )
+        for d, (size, dim) in enumerate(zip(given.shape, expected.dims)):
+            if not dim.min <= size <= dim.max:
+                want = str(dim.min) if dim.is_static else f"a size in [{dim.min}, {dim.max}]"
+                raise InputError(
+                    f"{name}: dim {d} expected {want}, got {size} (shape {list(given.shape)}, package expects "
+                    f"{expected.shape_str()}).",
+                    kind="dim",
+                )
+        if given.dtype != expected.dtype:
+            # Re-exporting is a fix only for a dtype export_compile builds for.
+            reexport = f", or re-export the package with --dtype {given.dtype}" if given.dtype in DTYPES else ""
+            raise InputError(
+                f"{name}: expected dtype {expected.dtype}, got {given.dtype}. Convert the input to "
+                f"{expected.dtype}{reexport}.",
+                kind="dtype",
+            )
+        if given.device.split(":", 1)[0] != spec.device.split(":", 1)[0]:
+            raise InputError(f"{name}: expected a tensor on {spec.device}, got one on {given.device}.", kind="device")
+        if given.layout != "strided":
+            raise InputError(f"{name}: expected a dense (strided) tensor, got layout {given.layout}.", kind="layout")
+    for group in spec.shared_dims:
+        (i0, d0), first = group[0], inputs[group[0][0]].shape[group[0][1]]
+        for i, d in group[1:]:
+            size = inputs[i].shape[d]
+            if size != first:
+                raise InputError(
+                    f"input[{i}]: dim {d} must equal input[{i0}] dim {d0} (the package compiled them as one dynamic "
+                    f"size), got {size} and {first}.",
+                    kind="shared_dim",
+                )
+
+
+def validate_inputs(inputs: list, spec: PackageSpec) -> list:
+    """Check the tensors (``check_inputs``) and return them ready for AOTI: lazy
+    negation/conjugation applied and contiguous (AOTI reads dense row-major buffers)."""
+    check_inputs([InputDesc.of(tensor) for tensor in inputs], spec)
+    return [tensor.resolve_conj().resolve_neg().contiguous() for tensor in inputs]

@@ -1,0 +1,169 @@
+"""The package contract, pinned across runtimes: every vector in tests/contract/ runs
+through the Python modules here and through the C++ runner core (the
+contract_vectors binary, no Python in its process), and both must reach the
+vector's expected verdict. Wording may differ between the sides; verdicts may not."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from identity_conv.errors import IdentityConvError
+from identity_conv.package.dtypes import NAMES, dtype_name
+from identity_conv.package.spec import OpRef, PackageSpec, parse_document
+from identity_conv.runtime.preflight import HostFacts, check_required_symbols, check_runs_here
+from identity_conv.runtime.random_inputs import random_input_shapes
+from identity_conv.runtime.validation import InputDesc, check_inputs
+from identity_conv.verify.bits import compare_bits, list_verdict
+
+CONTRACT = Path(__file__).parent / "contract"
+SUITES = {
+    "spec": "spec_vectors.json",
+    "preflight": "preflight_vectors.json",
+    "validation": "validation_vectors.json",
+    "random": "random_vectors.json",
+    "comparison": "comparison_vectors.json",
+    "dtypes": "dtypes.json",
+}
+_INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _vectors(suite: str) -> list[dict]:
+    return json.loads((CONTRACT / SUITES[suite]).read_text())["vectors"]
+
+
+def _cases() -> list:
+    return [pytest.param(suite, v, id=f"{suite}-{v['name']}") for suite in SUITES for v in _vectors(suite)]
+
+
+@pytest.fixture(scope="session")
+def cpp_verdicts(build) -> dict[str, dict]:
+    """Each suite's vectors run once through the C++ contract_vectors binary."""
+    binary = build.dir / "contract_vectors"
+    verdicts = {}
+    for suite, name in SUITES.items():
+        result = subprocess.run([binary, suite, CONTRACT / name], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        verdicts[suite] = json.loads(result.stdout)
+    return verdicts
+
+
+def _spec(vector: dict) -> PackageSpec:
+    spec = parse_document(vector["spec"])
+    spec.aoti = vector.get("aoti", {})
+    return spec
+
+
+def _tensor(description: dict) -> torch.Tensor:
+    dtype = getattr(torch, description["dtype"])
+    width = torch.empty((), dtype=dtype).element_size()
+    values = [(v - (1 << 64)) if v >= (1 << 63) else v for v in (int(b, 16) for b in description["bits"])]
+    raw = torch.tensor(values, dtype=torch.int64).to(_INT_OF_WIDTH[width])
+    return raw.view(dtype).reshape(description["shape"])
+
+
+def _python_verdict(suite: str, vector: dict) -> object:
+    """The Python modules' verdict, in the same form as the C++ binary prints."""
+    try:
+        if suite == "spec":
+            metadata = {k: v if isinstance(v, str) else json.dumps(v) for k, v in vector["metadata"].items()}
+            spec = PackageSpec.from_metadata(metadata, "vector")
+            document = spec.to_document()
+            document.pop("verified")  # the compile cache's record: no runtime reads it
+            document["schema_version"] = spec.schema_version
+            return {"ok": document}
+        if suite == "preflight":
+            facts = vector["host"]
+            registered = {(op["name"], op["overload"]) for op in facts.get("ops", [])}
+            host = HostFacts(
+                torch_version=facts["torch_version"],
+                machine=facts["machine"],
+                cpu_flags=set(facts["cpu_flags"]),
+                cuda_available=facts["cuda_available"],
+                has_op=lambda op: any(
+                    name == op.name and (op.overload is None or overload == op.overload) for name, overload in registered
+                ),
+                has_class=lambda cls: cls in facts.get("classes", []),
+            )
+            spec = _spec(vector)
+            check_runs_here(spec, host)
+            check_required_symbols(spec, host)
+            return "ok"
+        if suite == "validation":
+            inputs = [
+                InputDesc(i["dtype"], tuple(i["shape"]), i.get("device", "cpu"), i.get("layout", "strided"))
+                for i in vector["inputs"]
+            ]
+            check_inputs(inputs, _spec(vector))
+            return "ok"
+        if suite == "random":
+            return {"shapes": [list(shape) for shape in random_input_shapes(_spec(vector))]}
+        if suite == "comparison":
+            reports = [compare_bits(_tensor(a), _tensor(e)) for a, e in zip(vector["actual"], vector["expected"])]
+            return {"verdict": list_verdict(reports, vector["max_ulp"]), "details": [str(r) for r in reports]}
+        if suite == "dtypes":
+            name = vector["name"]
+            if name not in NAMES:
+                return {"error": "unknown"}
+            return {"name": dtype_name(getattr(torch, name))}
+    except IdentityConvError as error:
+        assert error.kind, f"an error without a kind: {error}"
+        return {"error": error.kind}
+    raise AssertionError(f"unknown suite {suite}")
+
+
+def _expected(suite: str, vector: dict, runtime: str) -> object:
+    if suite == "dtypes":
+        return {"name": vector["name"]} if runtime == "python" else {"name": vector["name"], "scalar_type": vector["scalar_type"]}
+    expect = vector["expect"]
+    if suite in ("preflight", "validation"):
+        kind = expect[runtime] if isinstance(expect, dict) else expect
+        return kind if kind == "ok" else {"error": kind}
+    return expect
+
+
+def _comparable(verdict: object) -> object:
+    """A C++ error verdict carries its message too; the kind is what must agree."""
+    if isinstance(verdict, dict) and "error" in verdict:
+        return {"error": verdict["error"]}
+    return verdict
+
+
+@pytest.mark.parametrize(("suite", "vector"), _cases())
+def test_python_reaches_the_vector_verdict(suite, vector):
+    assert _python_verdict(suite, vector) == _expected(suite, vector, "python")
+
+
+@pytest.mark.parametrize(("suite", "vector"), _cases())
+def test_cpp_reaches_the_vector_verdict(suite, vector, cpp_verdicts):
+    verdict = cpp_verdicts[suite][vector["name"]]
+    assert _comparable(verdict) == _expected(suite, vector, "cpp"), verdict
+
+
+def test_both_dtype_tables_are_the_vector_table(cpp_verdicts):
+    table = [v["name"] for v in _vectors("dtypes")]
+    assert list(NAMES) == table
+    assert cpp_verdicts["dtypes"]["__table__"] == table
+
+
+def test_python_written_document_parses_the_same_in_cpp(build, tmp_path):
+    """A document written by the Python writer (to_metadata) reads back alike in both."""
+    from identity_conv.package.spec import DimSpec, TensorSpec
+
+    spec = PackageSpec(
+        inputs=[TensorSpec((DimSpec(1, 8), DimSpec(3, 3)), "float32"), TensorSpec((), "float64")],
+        required_ops=[OpRef("my_ops::identity_conv_op"), OpRef("extra_ops::scale", "Tensor")],
+        example_shapes=[(2, 3), ()],
+        torch_version="2.13.0",
+    )
+    vectors = tmp_path / "written.json"
+    vectors.write_text(json.dumps({"vectors": [{"name": "written", "metadata": spec.to_metadata()}]}))
+    result = subprocess.run([build.dir / "contract_vectors", "spec", vectors], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    document = spec.to_document()
+    document.pop("verified")
+    assert json.loads(result.stdout)["written"] == {"ok": document}
