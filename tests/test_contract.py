@@ -167,3 +167,20 @@ def test_python_written_document_parses_the_same_in_cpp(build, tmp_path):
     document = spec.to_document()
     document.pop("verified")
     assert json.loads(result.stdout)["written"] == {"ok": document}
+
+
+def test_a_package_from_before_the_spec_document_still_runs_in_both(compiled_package, build, op_library, tmp_path):
+    """Legacy identity_conv.* entries (no document) load through each side's converter,
+    and the package still verifies bit for bit in both runtimes."""
+    from conftest import legacy_package, run_cpp_runtime, run_python_runtime
+
+    from identity_conv.package.archive import read_package_metadata
+
+    package = legacy_package(compiled_package.path, tmp_path / "legacy.pt2")
+    assert "identity_conv.spec" not in read_package_metadata(package)
+    py_code, py_out = run_python_runtime(package, op_library, compiled_package.input_file, tmp_path / "py.pt")
+    cpp_code, cpp_out = run_cpp_runtime(build.runner, package, op_library, compiled_package.input_file, tmp_path / "cpp.pt")
+    assert py_code == 0 and "PASSED" in py_out, py_out
+    assert cpp_code == 0 and "PASSED" in cpp_out, cpp_out
+    inspect = subprocess.run([build.runner, package, "--inspect"], capture_output=True, text=True)
+    assert "spec: schema 1 (legacy entries)" in inspect.stdout, inspect.stdout
