@@ -32,7 +32,7 @@ def _onnx_affine(op, x, scale: float, shift: float):
 
 
 try:
-    from identity_conv.build.onnx_translations import register_onnx_translation
+    from identity_conv.compiler.onnx_translations import register_onnx_translation
 except ImportError:  # the fakes work without the toolkit
     pass
 else:

@@ -146,7 +146,7 @@ def parity_matrix(tmp_path_factory: pytest.TempPathFactory, build: Build, op_lib
     """The full parity matrix, once: 4 dtypes x static/dynamic x random/special, with
     the ONNX column when the ONNX extra is installed. Its packages (e.g.
     model_float32_dynamic.pt2) are shared with other tests."""
-    from identity_conv.build.onnx_export import missing_onnx_packages
+    from identity_conv.compiler.onnx_export import missing_onnx_packages
     from identity_conv.verify.parity import run_matrix
 
     work_dir = tmp_path_factory.mktemp("parity")

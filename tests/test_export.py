@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from identity_conv.build.export import export_model, graph_calls
+from identity_conv.compiler.export import export_model, graph_calls
 from identity_conv.models.identity import IdentityModel
 from identity_conv.package.archive import read_package_spec
 

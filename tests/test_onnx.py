@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from identity_conv.cli.export_compile import app as export_compile_app
 from identity_conv.cli.run_inference import app as run_inference_app
 from identity_conv.models.identity import IdentityModel
-from identity_conv.build.onnx_export import missing_onnx_packages
+from identity_conv.compiler.onnx_export import missing_onnx_packages
 from identity_conv.verify.special_values import special_values
 from identity_conv.runtime.tensor_files import save_tensors
 from identity_conv.verify.bits import bit_view
@@ -262,7 +262,7 @@ def test_an_op_without_translation_is_named(tmp_path, op_library):
 def test_a_torchbind_class_without_route_is_named(op_library, monkeypatch):
     from identity_conv import onnx_translations
     from identity_conv.errors import ExportError
-    from identity_conv.build.onnx_export import prepare_onnx
+    from identity_conv.compiler.onnx_export import prepare_onnx
 
     monkeypatch.setattr(onnx_translations, "_CLASS_ROUTES", {})
     model = IdentityModel(3).eval()
@@ -364,7 +364,7 @@ def test_custom_domain_nodes_keep_every_bit_but_quiet_signalling_nans(op_library
     outputs travel as Python floats (doubles), which quiets a float32 signalling NaN.
     Every other value (-0.0, NaN payloads, infinities, subnormals) keeps its bits, and
     float64 keeps all of them; so does the portable file."""
-    from identity_conv.build.onnx_export import export_onnx
+    from identity_conv.compiler.onnx_export import export_onnx
     from identity_conv.runtime.onnx_runtime import load_onnx
 
     x = special_values(RUN_SHAPE, dtype, seed=3)

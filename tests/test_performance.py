@@ -18,12 +18,12 @@ from conftest import PACKAGE_SHAPE, run_cmd
 # The bring-your-own-model package with two inputs and two outputs (not an identity).
 from test_user_models import scale_shift  # noqa: F401
 import identity_conv.bench.benchmark as benchmark_stage
-from identity_conv.build.cache import cache_key
+from identity_conv.compiler.cache import cache_key
 from identity_conv.cli.benchmark import app as benchmark_app
 from identity_conv.cli.export_compile import app as export_compile_app
 from identity_conv.cli.run_inference import app as run_inference_app
 from identity_conv.models.identity import IdentityModel
-from identity_conv.build.optimize import optimize_program
+from identity_conv.compiler.optimize import optimize_program
 from identity_conv.package.archive import read_package_spec
 from identity_conv.verify.special_values import INT_TWIN, special_values
 from identity_conv.runtime.tensor_files import load_tensors, save_tensors
@@ -141,7 +141,7 @@ def test_optimized_program_keeps_eager_bits_for_any_weights(weights):
 def test_a_bare_multiply_would_change_special_values():
     """Why the rewrite maps zeros to +0.0: without it, -0.0 would survive where the
     conv makes +0.0, and the probe must (and does) see the difference."""
-    from identity_conv.build.optimize import _positive_zero
+    from identity_conv.compiler.optimize import _positive_zero
 
     x = special_values((1, 3, 4, 4), torch.float32)
     weight = torch.ones(3, 1, 1, 1)
@@ -239,7 +239,7 @@ def test_benchmark_tiny_run_writes_json_markdown_and_png(build, op_library, tmp_
     data = json.loads((tmp_path / "bench.json").read_text(), parse_constant=reject)
     (size,) = data["sizes"]
     assert size["shape"] == [1, 3, 16, 16]
-    from identity_conv.build.onnx_export import missing_onnx_packages
+    from identity_conv.compiler.onnx_export import missing_onnx_packages
 
     # The ONNX path is measured by default whenever the ONNX extra is installed.
     onnx = [] if missing_onnx_packages() else ["ONNX (onnxruntime)"]

@@ -17,7 +17,7 @@ from conftest import REPO_ROOT, Build, run_cmd
 from identity_conv.cli.export_compile import app as export_compile_app
 from identity_conv.cli.run_inference import app as run_inference_app
 from identity_conv.errors import InputError, ModelError
-from identity_conv.build.export import python_only_ops
+from identity_conv.compiler.export import python_only_ops
 from identity_conv.package.archive import read_package_spec
 from identity_conv.runtime.tensor_files import load_tensors, save_tensors
 from identity_conv.cli.parsing import parse_dynamic_dim, parse_model_args
@@ -295,7 +295,7 @@ def test_python_only_package_runs_in_python_with_its_module(python_only):
 def test_python_only_ops_detection(op_library):
     import torch.ao.quantization.fx._decomposed  # noqa: F401  (Python-defined ops Inductor compiles)
 
-    from identity_conv.build.export import GraphCalls
+    from identity_conv.compiler.export import GraphCalls
 
     sys.path.insert(0, str(REPO_ROOT))
     import examples.python_op_model  # noqa: F401  (registers python_only_example::double)

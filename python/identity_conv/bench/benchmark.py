@@ -24,7 +24,7 @@ import torch
 from ..errors import IdentityConvError, VerificationError
 from ..models.identity import IdentityModel
 from ..ops.loader import load_op_library
-from ..build.pipeline import BuildConfig, BuildResult, export_and_compile
+from ..compiler.pipeline import BuildConfig, BuildResult, export_and_compile
 from ..runtime.tensor_files import save_tensors
 
 # name -> NCHW shape of the float32 input.

@@ -68,7 +68,7 @@ def benchmark(
     runner: RunnerOption = Path("build/aoti_runner"),
     op_lib: OpLibOption = None,
 ) -> None:
-    from ..build.onnx_export import onnx_wanted
+    from ..compiler.onnx_export import onnx_wanted
 
     names = [name.strip() for name in sizes.split(",") if name.strip()]
     try:

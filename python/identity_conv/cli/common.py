@@ -16,7 +16,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.text import Text
 
 from ..errors import EXIT_USAGE, IdentityConvError
-from ..build.onnx_export import is_onnx_path
+from ..compiler.onnx_export import is_onnx_path
 from ..package.archive import read_package_spec
 from ..package.spec import PackageSpec
 from ..verify.bits import FAILED, PASSED_WITHIN_ULP, BitReport, list_verdict

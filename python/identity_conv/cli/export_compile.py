@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import EXIT_MISMATCH, IdentityConvError
-from ..build.pipeline import DEFAULT_RANGES, REFERENCE_INPUTS, REFERENCE_OUTPUTS, ONNX_STAGES, STAGES, BuildConfig, BuildResult, export_and_compile
+from ..compiler.pipeline import DEFAULT_RANGES, REFERENCE_INPUTS, REFERENCE_OUTPUTS, ONNX_STAGES, STAGES, BuildConfig, BuildResult, export_and_compile
 from .parsing import parse_dynamic_dim, parse_model_args, parse_shape
 from .common import FakeModuleOption, MaxUlpOption, console, exit_with, step_progress, verdict
 

@@ -10,7 +10,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from ..errors import EXIT_MISMATCH
-from ..build.onnx_export import is_onnx_path
+from ..compiler.onnx_export import is_onnx_path
 from ..runtime.aoti import load_package, load_package_libraries, to_package_device
 from ..runtime.random_inputs import make_random_inputs
 from ..runtime.tensor_files import load_tensors, save_tensors

@@ -14,7 +14,7 @@ from rich.table import Table
 from ..errors import EXIT_MISMATCH
 from ..ops.loader import load_op_library
 from ..verify.parity import run_cpp_runner
-from ..build.pipeline import BuildConfig, export_and_compile
+from ..compiler.pipeline import BuildConfig, export_and_compile
 from ..models.train import train_channel_scale
 from ..verify.bits import compare_bits
 from .common import OpLibOption, RunnerOption, console, exit_with, print_bit_reports, require_runner, step_progress

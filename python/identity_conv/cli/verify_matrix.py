@@ -52,7 +52,7 @@ def verify_matrix(
         ),
     ] = None,
 ) -> None:
-    from ..build.onnx_export import onnx_wanted
+    from ..compiler.onnx_export import onnx_wanted
 
     try:
         with_onnx = onnx_wanted(onnx)

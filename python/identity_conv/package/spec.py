@@ -102,7 +102,7 @@ class PackageSpec:
     # ([[label, BitReport fields], ...]) to report on a hit.
     cache_key: str = ""
     verified: list[list[Any]] = field(default_factory=list)
-    # ONNX files only: "portable" or "custom-domain" (see build/onnx_export.py).
+    # ONNX files only: "portable" or "custom-domain" (see compiler/onnx_export.py).
     onnx_mode: str = ""
     aoti: dict[str, str] = field(default_factory=dict)  # AOTI's own entries (CPU ISA, ...)
     schema_version: int = SCHEMA_VERSION  # the version the spec was read from

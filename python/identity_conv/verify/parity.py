@@ -18,7 +18,7 @@ from ..errors import IdentityConvError, PackageError
 from ..models.identity import IdentityModel
 from ..package.archive import read_package_spec
 from ..package.dtypes import DTYPES
-from ..build.pipeline import BuildConfig, export_and_compile, seeded_input
+from ..compiler.pipeline import BuildConfig, export_and_compile, seeded_input
 from ..runtime.aoti import load_package
 from ..verify.special_values import special_values
 from ..runtime.tensor_files import load_tensors, save_tensors
