@@ -23,6 +23,21 @@ def _fake_affine(x: torch.Tensor, scale: float, shift: float) -> torch.Tensor:
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
+@torch.library.register_fake("extra_ops::scale.Tensor")
+def _fake_scale(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Fake kernel of ``extra_ops::scale.Tensor`` (a named overload only): metadata only.
+
+    Args:
+        x: a fake floating-point tensor.
+        scale: a fake 0-d tensor of x's dtype.
+
+    Returns:
+        An empty contiguous tensor of x's shape, dtype and device.
+    """
+    torch._check(scale.dim() == 0, lambda: f"extra_ops::scale.Tensor: expected a 0-d scale, got {scale.dim()}-d")
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
 def _onnx_affine(op, x, scale: float, shift: float):
     """Portable ONNX translation of ``extra_ops::affine``: ``Mul`` then ``Add``, the two
     roundings the kernel makes (``x.mul(scale).add(shift)``), with the scalars cast

@@ -62,3 +62,16 @@ class PairModel(nn.Module):
 def pair_model() -> nn.Module:
     """The module only: give --input-shape B,F twice and --dynamic-dim 0.0,1.0=MIN:MAX."""
     return PairModel()
+
+
+class ScalarScaleModel(nn.Module):
+    """A 0-d input and an op with only a named overload: extra_ops::scale.Tensor
+    (libextra_ops.so, fakes in examples.extra_ops_fakes) scales x by the scalar s."""
+
+    def forward(self, s: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.extra_ops.scale.Tensor(x, s) + 1.0
+
+
+def scalar_scale_model() -> nn.Module:
+    """The module only: --input-shape "" (the 0-d scale) --input-shape 2,3."""
+    return ScalarScaleModel()

@@ -204,7 +204,7 @@ def test_sparse_input_is_rejected_by_the_python_runtime(compiled_package):
     from identity_conv.runtime.validation import validate_inputs
 
     spec = read_package_spec(compiled_package.path)
-    with pytest.raises(InputError, match="input\\[0\\]: expected a dense .strided. tensor, got layout torch.sparse_coo"):
+    with pytest.raises(InputError, match="input\\[0\\]: expected a dense .strided. tensor, got layout sparse_coo"):
         validate_inputs([torch.randn(2, 3, 8, 12).to_sparse()], spec)
 
 

@@ -168,7 +168,7 @@ def test_inspect_package_table_and_json_match_the_cpp_runner(build, dynamic_pack
     data = json.loads(as_json.output)
     assert data["inputs"] == [{"dtype": "float32", "dims": [{"min": 1, "max": 8}, {"min": 3, "max": 3},
                                                               {"min": 1, "max": 64}, {"min": 1, "max": 64}]}]
-    assert data["required_ops"] == ["my_ops::identity_conv_op"]
+    assert data["required_ops"] == [{"name": "my_ops::identity_conv_op", "overload": "default"}]
     assert data["required_classes"] == ["my_ops::IdentityConvClass"]
     assert data["aoti"]["AOTI_CPU_ISA"]
     assert data["torch_version"] == torch.__version__

@@ -33,7 +33,7 @@ def test_package_records_its_spec(compiled_package):
     assert [str(d) for d in spec.inputs[0].dims] == ["2", "3", "8", "12"]
     assert spec.inputs[0].dtype == "float32"
     assert spec.device == "cpu"
-    assert spec.required_ops == ["my_ops::identity_conv_op"]
+    assert [str(op) for op in spec.required_ops] == ["my_ops::identity_conv_op"]
     assert spec.required_classes == ["my_ops::IdentityConvClass"]
     assert spec.op_libraries == ["libidentity_conv_ops.so"]
     assert spec.is_identity

@@ -5,6 +5,7 @@ models in examples/, run in both runtimes, checked against the eager reference
 from __future__ import annotations
 
 import math
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,12 +14,13 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import REPO_ROOT, Build, run_cmd
+from conftest import REPO_ROOT, Build, run_cmd, run_cpp_runtime, run_python_runtime
 from identity_conv.cli.export_compile import app as export_compile_app
 from identity_conv.cli.run_inference import app as run_inference_app
 from identity_conv.errors import InputError, ModelError
 from identity_conv.compiler.export import python_only_ops
 from identity_conv.package.archive import read_package_spec
+from identity_conv.package.spec import OpRef
 from identity_conv.runtime.tensor_files import load_tensors, save_tensors
 from identity_conv.cli.parsing import parse_dynamic_dim, parse_model_args
 from identity_conv.models.user import flatten_outputs, load_model
@@ -43,11 +45,17 @@ def _export(args: list[str]) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+# Inductor may reorder a reduction's float math: the last bits can differ from eager.
+# A package is written only when it passes, so these builds allow a few ULP.
+EXPORT_MAX_ULP = 16
+
+
 def _export_model_package(out: Path, args: list[str]) -> UserPackage:
-    """export_compile of a native-ops model with a saved reference. At the default
-    --max-ulp 0, exit 1 only says the bits differ from eager: the package is written."""
-    code, output = _export(args + ["--save-reference", str(out / "ref"), "--output", str(out / "model.pt2")])
-    assert code in (0, 1) and (out / "model.pt2").is_file(), output
+    """export_compile of a native-ops model with a saved reference, within
+    EXPORT_MAX_ULP of eager; the package is written."""
+    code, output = _export(args + ["--max-ulp", str(EXPORT_MAX_ULP), "--save-reference", str(out / "ref"),
+                                   "--output", str(out / "model.pt2")])
+    assert code == 0 and (out / "model.pt2").is_file(), output
     return UserPackage(out / "model.pt2", out / "ref", code, output)
 
 
@@ -143,8 +151,8 @@ def test_scale_shift_export_report_matches_the_bits(scale_shift):
         assert rows[f"eager vs package [4, 16] [16] output[{j}] (bitwise)"] == _bits_equal(c, e)
     identical = all(rows.values())
     assert ("(bit-identical)" in scale_shift.output) == identical, scale_shift.output
-    assert ("NOT bit-identical" in scale_shift.output) == (not identical), scale_shift.output
-    assert scale_shift.exit_code == (0 if identical else 1)
+    assert ("NOT bit-identical: within" in scale_shift.output) == (not identical), scale_shift.output
+    assert scale_shift.exit_code == 0
 
 
 def test_scale_shift_runs_in_both_runtimes_with_the_same_bits(scale_shift, build, tmp_path):
@@ -224,7 +232,7 @@ def test_two_library_export_verifies_and_records_both_libraries(two_library):
     assert two_library.exit_code == 0, two_library.output
     assert "verify eager vs package: PASSED (bit-identical)" in two_library.output
     spec = read_package_spec(two_library.path)
-    assert spec.required_ops == ["extra_ops::affine", "my_ops::identity_conv_op"]
+    assert [str(op) for op in spec.required_ops] == ["extra_ops::affine", "my_ops::identity_conv_op"]
     assert spec.op_libraries == ["libextra_ops.so", "libidentity_conv_ops.so"]
     assert spec.fake_modules == ["examples.extra_ops_fakes"]
     assert [s.shape_str() for s in spec.inputs] == ["[1..16, 3, 8, 8]"]
@@ -302,7 +310,7 @@ def test_python_only_ops_detection(op_library):
 
     def calls(*overloads):
         return GraphCalls([f"{o.namespace}::{o._opname}" for o in overloads], [],
-                          {f"{o.namespace}::{o._opname}": [o] for o in overloads})
+                          {f"{o.namespace}::{o._opname}": [o] for o in overloads}).op_refs()
 
     assert python_only_ops(calls(torch.ops.my_ops.identity_conv_op.default), "cpu") == {}
     # Defined from Python, but Inductor compiles it into its own kernels: exempt.
@@ -313,6 +321,47 @@ def test_python_only_ops_detection(op_library):
                                   torch.ops.my_ops.identity_conv_op.default), "cpu")
     assert list(found) == ["python_only_example::double"]
     assert "defined from Python" in found["python_only_example::double"]
+
+
+def test_dispatch_dump_format(op_library):
+    """python_only_ops reads torch._C._dispatch_dump, a debug format and no API. This
+    pins the two lines it reads, on each torch version CI runs (2.13.0 and 2.14.1): the
+    schema's "debug: registered at FILE:LINE", and one "KEY: registered at FILE:LINE"
+    line per kernel, for a C++ op and for one defined from Python."""
+    from identity_conv.compiler.export import dispatch_dump
+
+    sys.path.insert(0, str(REPO_ROOT))
+    import examples.python_op_model  # noqa: F401  (registers python_only_example::double)
+
+    cpp = dispatch_dump(OpRef("my_ops::identity_conv_op"))
+    assert re.search(r"^debug: registered at .+\.cpp:\d+", cpp, re.MULTILINE), cpp
+    assert re.search(r"^CPU: registered at .+\.cpp:\d+", cpp, re.MULTILINE), cpp
+    python = dispatch_dump(OpRef("python_only_example::double"))
+    assert re.search(r"^debug: registered at .+\.py:\d+", python, re.MULTILINE), python
+
+
+def test_scalar_input_and_named_overload_in_both_runtimes(build, op_library, tmp_path):
+    """A 0-d input (its example shape is []) and an op with only a named overload
+    (extra_ops::scale.Tensor): the package records the overload, both runtimes accept
+    it, draw random inputs of the recorded shapes and give the same bits."""
+    out = tmp_path / "scalar"
+    code, output = _export([
+        "--model", "examples.user_models:scalar_scale_model", "--input-shape", "", "--input-shape", "2,3",
+        "--op-lib", str(build.extra_op_library), "--fake-module", "examples.extra_ops_fakes",
+        "--output", str(out / "model.pt2"),
+    ])
+    assert code == 0, output
+    spec = read_package_spec(out / "model.pt2")
+    assert [str(op) for op in spec.required_ops] == ["extra_ops::scale.Tensor"]
+    assert spec.example_shapes == [(), (2, 3)]
+    py_code, py_out = run_python_runtime(out / "model.pt2", build.extra_op_library, None, tmp_path / "py.pt")
+    cpp_code, cpp_out = run_cpp_runtime(build.runner, out / "model.pt2", build.extra_op_library, None,
+                                        tmp_path / "cpp.pt")
+    assert py_code == 0, py_out
+    assert cpp_code == 0, cpp_out
+    assert "input[0]: [] float32" in cpp_out and "input[1]: [2, 3] float32" in cpp_out, cpp_out
+    (py,), (cpp,) = load_tensors(tmp_path / "py.pt"), load_tensors(tmp_path / "cpp.pt")
+    assert _bits_equal(py, cpp)
 
 
 def test_python_only_op_inside_torch_cond_is_refused(tmp_path):
