@@ -329,7 +329,7 @@ def convert_onnx(prepared: OnnxPrepared, output: Path, spec_extras: dict[str, An
         inputs=input_specs(prepared.program),
         device="cpu",
         torch_version=torch.__version__,
-        required_ops=[OpRef(op, None) for op in prepared.ops] if custom else [],
+        required_ops=[OpRef(op) for op in prepared.ops] if custom else [],
         shared_dims=shared_dims(prepared.program),
         optimizations="the ONNX exporter's optimizer only (folds constants, drops Identity nodes)",
         onnx_mode=prepared.mode,

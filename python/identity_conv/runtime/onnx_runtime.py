@@ -133,7 +133,7 @@ def _with_python_kernels(proto: Any, spec: PackageSpec) -> Any:
 
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
-    domains = {op.split("::")[0] for op in spec.required_ops}
+    domains = {op.name.split("::")[0] for op in spec.required_ops}
     elem_types = _value_types(copy)
     for node in copy.graph.node:
         if node.domain not in domains:
