@@ -1,6 +1,7 @@
 #include "comparison.h"
 
 #include "dtypes.h"
+#include "text.h"
 #include "validation.h"
 
 #include <ATen/ATen.h>
@@ -13,14 +14,6 @@
 
 namespace aoti_runner {
 namespace {
-
-std::string join(const std::vector<std::string>& parts, const std::string& sep) {
-  std::string out;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    out += (i ? sep : "") + parts[i];
-  }
-  return out;
-}
 
 std::string hex_bits(const at::Tensor& int_scalar, int64_t width_bytes) {
   const auto value = static_cast<uint64_t>(int_scalar.item<int64_t>());

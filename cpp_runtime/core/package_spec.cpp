@@ -2,6 +2,7 @@
 
 #include "dtypes.h"
 #include "errors.h"
+#include "text.h"
 
 #include <algorithm>
 #include <limits>
@@ -77,14 +78,6 @@ const json& member(const json& object, const std::string& key) {
   return it == object.end() ? null_value : *it;
 }
 
-std::string join(const std::vector<std::string>& parts, const std::string& sep) {
-  std::string out;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    out += (i ? sep : "") + parts[i];
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string OpRef::str() const {
@@ -97,7 +90,11 @@ std::string format_shape(const TensorSpec& spec) {
     dims.push_back(d.is_static() ? std::to_string(d.min)
                                  : std::to_string(d.min) + ".." + std::to_string(d.max));
   }
-  return "[" + join(dims, ", ") + "]";
+  // Appended, not "[" + join(...): gcc 12 warns (-Wrestrict, a false positive) on
+  // const char* + std::string&&, and the CUDA check builds with warnings as errors.
+  std::string out("[");
+  out.append(join(dims, ", ")).append("]");
+  return out;
 }
 
 PackageSpec parse_spec_document(const json& document) {

@@ -1,6 +1,7 @@
 #include "preflight.h"
 
 #include "errors.h"
+#include "text.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/cuda.h>
@@ -14,14 +15,6 @@
 
 namespace aoti_runner {
 namespace {
-
-std::string join(const std::vector<std::string>& parts, const std::string& sep) {
-  std::string out;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    out += (i ? sep : "") + parts[i];
-  }
-  return out;
-}
 
 std::set<std::string> host_cpu_flags() {
   std::set<std::string> flags;

@@ -12,6 +12,7 @@ import typer
 from ..errors import EXIT_MISMATCH
 from ..compiler.onnx_export import is_onnx_path
 from ..runtime.aoti import load_package, load_package_libraries, to_package_device
+from ..runtime.preflight import check_runs_here, this_host
 from ..runtime.random_inputs import make_random_inputs
 from ..runtime.tensor_files import load_tensors, save_tensors
 from ..verify.bits import compare_tensor_lists
@@ -63,6 +64,10 @@ def run_inference(
     try:
         onnx = is_onnx_path(model_path)
         spec = read_spec(model_path)
+        if not onnx:
+            # What the spec alone can refuse is refused before any op library loads,
+            # in the same order as aoti_runner.
+            check_runs_here(spec, this_host())
         libraries = load_package_libraries(spec, [*(op_lib_paths or []), *(op_lib or [])], list(fake_module or []))
         for library in libraries:
             console.print(f"loaded op library {library}")
