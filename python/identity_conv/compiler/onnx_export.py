@@ -32,8 +32,8 @@ import torch
 from torch import nn
 
 from ..errors import ExportError, IdentityConvError
-from ..compiler.export import class_qualname, export_model, graph_calls, input_specs, shared_dims
-from ..compiler.onnx_translations import class_routes, portable_translation
+from .export import class_qualname, export_model, graph_calls, input_specs, shared_dims
+from .onnx_translations import class_routes, portable_translation
 from ..package.spec import OpRef, PackageSpec
 from ..models.user import DynamicDim
 

@@ -18,11 +18,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..compiler.cache import cache_key
-from ..compiler.compile import compile_package
+from .cache import cache_key
+from .compile import compile_package
 from ..errors import ExportError, InputError, PackageError, VerificationError
 from ..package.host import instruction_set_flags
-from ..compiler.export import (
+from .export import (
     GraphCalls,
     export_model,
     graph_calls,
@@ -33,7 +33,7 @@ from ..compiler.export import (
 )
 from ..models.identity import MODEL_VARIANTS, IdentityModel, IdentityOutModel
 from ..ops.loader import libraries_for, load_op_libraries, load_op_library
-from ..compiler.optimize import optimize_program
+from .optimize import optimize_program
 from ..package.archive import read_package_spec, rewrite_package_metadata
 from ..package.dtypes import DTYPES
 from ..package.spec import PackageSpec
@@ -111,7 +111,7 @@ class BuildConfig:
     def _check_format(self) -> None:
         """The ONNX target's own limits, and an output name that matches the format
         (the runners tell .onnx files from .pt2 packages by the suffix)."""
-        from ..compiler.onnx_export import ONNX_MODES, require_onnx
+        from .onnx_export import ONNX_MODES, require_onnx
 
         is_onnx_name = self.output.suffix.lower() == ".onnx"
         if self.format == "pt2":
@@ -447,7 +447,7 @@ def _export_onnx(
 ) -> BuildResult:
     """The ONNX target's export, convert and verify stages (see onnx_export.py). The
     file's outputs are checked against eager in onnxruntime, bit for bit."""
-    from ..compiler.onnx_export import convert_onnx, prepare_onnx
+    from .onnx_export import convert_onnx, prepare_onnx
     from ..runtime.onnx_runtime import load_onnx
 
     with stage("export"):

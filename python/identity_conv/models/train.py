@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..models.identity import IdentityModel
+from .identity import IdentityModel
 
 
 @dataclass

@@ -50,12 +50,6 @@ class TensorSpec:
     dims: tuple[DimSpec, ...]
     dtype: str
 
-    @classmethod
-    def of(cls, tensor: Any) -> "TensorSpec":
-        from .dtypes import dtype_name
-
-        return cls(tuple(DimSpec(s, s) for s in tensor.shape), dtype_name(tensor.dtype))
-
     def shape_str(self) -> str:
         return "[" + ", ".join(str(d) for d in self.dims) + "]"
 

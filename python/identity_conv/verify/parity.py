@@ -20,9 +20,9 @@ from ..package.archive import read_package_spec
 from ..package.dtypes import DTYPES
 from ..compiler.pipeline import BuildConfig, export_and_compile, seeded_input
 from ..runtime.aoti import load_package
-from ..verify.special_values import special_values
+from .special_values import special_values
 from ..runtime.tensor_files import load_tensors, save_tensors
-from ..verify.bits import BitReport, bit_view, compare_bits
+from .bits import BitReport, bit_view, compare_bits
 
 SHAPE_MODES = ("static", "dynamic")
 INPUT_KINDS = ("random", "special")
