@@ -423,3 +423,20 @@ def test_a_failed_build_leaves_the_output_untouched_and_uncached(tmp_path, monke
     assert "FAILED" in result.output and "untouched" in result.output, result.output
     assert output.read_bytes() == b"the previous, good package"
     assert sorted(p.name for p in output.parent.iterdir()) == ["model.pt2"]
+
+
+def test_cache_key_of_an_installed_library_reads_its_record_not_every_file():
+    """A model class from an installed distribution (here numpy's top-level package
+    stands in for a large model library) is keyed by the distribution's RECORD, which
+    pip writes with every file's sha256, instead of hashing each of its files."""
+    import numpy  # noqa: F401
+
+    from identity_conv.compiler.cache import _source_digests
+
+    class FromInstalledLibrary(torch.nn.Module):
+        pass
+
+    FromInstalledLibrary.__module__ = "numpy"
+    digests = _source_digests(FromInstalledLibrary(), [])
+    assert "installed numpy" in digests
+    assert not any("site-packages" in key for key in digests), "no file of numpy is hashed one by one"

@@ -5,6 +5,7 @@ from the same inputs instead of exporting and compiling again."""
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -37,17 +38,42 @@ def _package_files(module_name: str) -> set[Path]:
     return {Path(file).resolve()} if file else set()
 
 
-def _source_files(model: nn.Module, modules: Iterable[str]) -> list[Path]:
-    """The toolkit's own sources, and the sources of the packages that define the
-    model's classes (its own and its submodules') and of the given modules."""
+def _installed_record(module_name: str) -> str | None:
+    """The RECORD of the installed distribution that holds ``module_name``'s top-level
+    package, when that package lives in site-packages (not an editable or local
+    checkout), else None. pip's RECORD lists every installed file with its sha256, so
+    one small file stands for a large library's thousands (sympy: 1532 files, 0.6 s
+    to hash here, on every cache lookup)."""
+    top = module_name.split(".")[0]
+    module = sys.modules.get(top)
+    locations = list(getattr(module, "__path__", []) or []) or [getattr(module, "__file__", None) or ""]
+    if not all({"site-packages", "dist-packages"} & set(Path(location).parts) for location in locations):
+        return None
+    for distribution in importlib.metadata.packages_distributions().get(top, []):
+        record = importlib.metadata.distribution(distribution).read_text("RECORD")
+        if record:
+            return record
+    return None
+
+
+def _source_digests(model: nn.Module, modules: Iterable[str]) -> dict[str, str]:
+    """Digests of the toolkit's own sources and of the packages that define the
+    model's classes (its own and its submodules') and the given modules: each file's,
+    or, for an installed distribution, its RECORD's."""
     files = set(_TOOLKIT_DIR.rglob("*.py"))
+    digests = {}
     names = set(modules)
     for module in model.modules():
         names.add(type(module).__module__)
     for name in names:
-        if name in sys.modules and not name.startswith("torch."):
+        if name not in sys.modules or name.startswith("torch."):
+            continue
+        record = _installed_record(name)
+        if record is None:
             files |= _package_files(name)
-    return sorted(files)
+        else:
+            digests[f"installed {name.split('.')[0]}"] = hashlib.sha256(record.encode()).hexdigest()
+    return {**{str(path): _file_digest(path) for path in sorted(files)}, **digests}
 
 
 def _tensor_digest(digest: "hashlib._Hash", name: str, tensor: torch.Tensor) -> None:
@@ -120,7 +146,7 @@ def cache_key(
     parts = {
         "format": 1,
         "torch": torch.__version__,
-        "sources": {str(path): _file_digest(path) for path in _source_files(model, source_modules)},
+        "sources": _source_digests(model, source_modules),
         "state": _state_digest(model),
         # By content only: build/x.so, ./build/x.so and the default lookup are one file.
         "libraries": sorted(_file_digest(Path(path)) for path in library_paths),
