@@ -110,6 +110,20 @@ def run_cmd(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300, **kwargs)
 
 
+def run_cli(name: str, *args: object, cwd: Path, build: Build, **env: str | None) -> subprocess.CompletedProcess[str]:
+    """A toolkit CLI (its console script in this venv) as a subprocess from ``cwd``,
+    with the session's build as $IDENTITY_CONV_BUILD_DIR, as ./scripts/test.sh sets
+    it, and nothing else pointing at the build. ``env`` adds variables; None removes one."""
+    environment = {**os.environ, "IDENTITY_CONV_BUILD_DIR": str(build.dir)}
+    environment.pop("IDENTITY_CONV_OPS_LIB", None)
+    for key, value in env.items():
+        if value is None:
+            environment.pop(key, None)
+        else:
+            environment[key] = value
+    return run_cmd(Path(sys.executable).parent / name, *args, cwd=cwd, env=environment)
+
+
 def run_python_runtime(package: Path, op_lib: Path, inputs: Path | None, outputs: Path) -> tuple[int, str]:
     """run_inference through typer's CliRunner; returns (exit code, output)."""
     from identity_conv.cli.run_inference import app as run_inference_app

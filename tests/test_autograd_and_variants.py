@@ -216,13 +216,14 @@ def test_out_variant_package_is_bit_exact_in_both_runtimes(build, op_library, ou
 
 
 def test_train_identity_cli_end_to_end(build, op_library, tmp_path):
-    from identity_conv.cli.train_identity import app as train_app
+    """Run from a folder that has no build/: the runner and the op library are this
+    checkout's all the same."""
+    from conftest import run_cli
 
-    result = CliRunner().invoke(train_app, ["--steps", "60", "--output", str(tmp_path / "trained.pt2"),
-                                            "--runner", str(build.runner), "--op-lib", str(op_library)])
-    assert result.exit_code == 0, result.output
-    assert "eager vs package [2, 3, 8, 12] (bitwise): identical" in result.output
-    assert "eager vs AOTI-C++ (bitwise): identical" in result.output
+    result = run_cli("train_identity", "--steps", "60", "--output", tmp_path / "trained.pt2", cwd=tmp_path, build=build)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "eager vs package [2, 3, 8, 12] (bitwise): identical" in result.stdout
+    assert "eager vs AOTI-C++ (bitwise): identical" in result.stdout
     # The trained package is not an identity, and says so to the runners.
     cpp = run_cmd(build.runner, tmp_path / "trained.pt2", op_library)
     assert cpp.returncode == 0 and "verify: skipped" in cpp.stdout

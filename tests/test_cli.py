@@ -58,7 +58,7 @@ def test_export_compile_missing_op_library_is_a_clear_error(tmp_path):
     result = runner.invoke(export_compile_app, ["--op-lib", str(tmp_path / "none.so"),
                                                 "--output", str(tmp_path / "m.pt2")])
     assert result.exit_code == 2
-    assert "could not find the op library" in result.output and str(tmp_path / "none.so") in result.output
+    assert f"op library not found: {tmp_path / 'none.so'}" in result.output
 
 
 def test_run_inference_happy_path(compiled_package, op_library, tmp_path):
@@ -236,3 +236,33 @@ def test_compare_tensors_passes_two_empty_lists(tmp_path):
     empty = save_tensors(tmp_path / "empty.pt", [])
     result = CliRunner().invoke(compare_app, [str(empty), str(empty)])
     assert result.exit_code == 0 and "PASSED" in result.output, result.output
+
+
+def test_export_compile_and_run_inference_find_the_build_from_another_folder(compiled_package, build, tmp_path):
+    """No build/ in the current folder, no --op-lib: the checkout's library. The export
+    is a cache hit on a copy of the session's package (same model, options and library
+    content), so nothing compiles."""
+    import shutil
+
+    from conftest import run_cli
+
+    package = tmp_path / "model.pt2"
+    shutil.copy(compiled_package.path, package)
+    batch, channels, height, width = (str(n) for n in compiled_package.inputs[0].shape)
+    export = run_cli("export_compile", "--batch", batch, "--channels", channels, "--height", height, "--width", width,
+                     "--output", package, "--no-show-graph", cwd=tmp_path, build=build)
+    assert export.returncode == 0, export.stdout + export.stderr
+    assert "cached" in export.stdout and str(build.op_library.resolve()) in export.stdout, export.stdout
+    run = run_cli("run_inference", package, "--inputs", compiled_package.input_file, cwd=tmp_path, build=build)
+    assert run.returncode == 0 and run.stdout.strip().endswith("PASSED"), run.stdout + run.stderr
+    assert f"loaded op library {build.op_library.resolve()}" in run.stdout
+
+
+def test_a_library_variable_naming_no_file_is_an_error_not_a_fallback(compiled_package, build, tmp_path):
+    from conftest import run_cli
+
+    missing = tmp_path / "nonexistent" / "lib.so"
+    run = run_cli("run_inference", compiled_package.path, cwd=tmp_path, build=build, IDENTITY_CONV_OPS_LIB=str(missing))
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert f"IDENTITY_CONV_OPS_LIB is set to {missing}, which does not exist" in run.stderr
+    assert "PASSED" not in run.stdout

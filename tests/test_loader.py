@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from conftest import REPO_ROOT
-from identity_conv.errors import OpLibraryError
-from identity_conv.ops import LIBRARY_ENV_VAR, library_candidates, load_op_library
+from identity_conv.errors import IdentityConvError, OpLibraryError
+from identity_conv.locate import BUILD_DIR_ENV_VAR, build_dir, op_library_path, runner_path
+from identity_conv.ops import LIBRARY_ENV_VAR, load_op_library
 
 
 def _load_in_fresh_process(code: str, cwd: str = "/", **env: str) -> subprocess.CompletedProcess[str]:
@@ -20,17 +21,34 @@ def _load_in_fresh_process(code: str, cwd: str = "/", **env: str) -> subprocess.
                           env={**os.environ, **env}, cwd=cwd, timeout=120)
 
 
-def test_explicit_path_is_the_only_candidate(tmp_path):
-    assert library_candidates(tmp_path / "x.so") == [tmp_path / "x.so"]
-
-
-def test_env_var_comes_before_the_build_folders(monkeypatch, tmp_path):
-    monkeypatch.setenv(LIBRARY_ENV_VAR, str(tmp_path / "env.so"))
+def test_the_build_folder_is_the_checkouts_from_any_folder(build, monkeypatch, tmp_path):
+    """Not the current folder's build/: a relative $IDENTITY_CONV_BUILD_DIR is read
+    against the checkout's root, and without it the checkout's build/ is used."""
     monkeypatch.chdir(tmp_path)
-    candidates = library_candidates()
-    assert candidates[0] == tmp_path / "env.so"
-    assert candidates[1] == tmp_path / "build" / "libidentity_conv_ops.so"
-    assert candidates[-1] == REPO_ROOT / "build" / "libidentity_conv_ops.so"
+    monkeypatch.delenv(LIBRARY_ENV_VAR, raising=False)
+    monkeypatch.setenv(BUILD_DIR_ENV_VAR, os.path.relpath(build.dir, REPO_ROOT))
+    assert op_library_path() == REPO_ROOT / os.path.relpath(build.dir, REPO_ROOT) / "libidentity_conv_ops.so"
+    assert runner_path().resolve() == build.runner.resolve()
+    monkeypatch.delenv(BUILD_DIR_ENV_VAR)
+    (tmp_path / "build").mkdir()
+    assert build_dir()[0] == REPO_ROOT / "build"
+
+
+def test_a_set_library_variable_is_honoured_or_an_error(build, monkeypatch, tmp_path):
+    monkeypatch.setenv(LIBRARY_ENV_VAR, str(build.op_library))
+    assert op_library_path() == build.op_library
+    assert op_library_path(tmp_path / "given.so") == tmp_path / "given.so"  # an explicit path comes first
+    monkeypatch.setenv(LIBRARY_ENV_VAR, str(tmp_path / "nonexistent.so"))
+    with pytest.raises(OpLibraryError, match=f"{LIBRARY_ENV_VAR} is set to {tmp_path / 'nonexistent.so'}, which does not exist"):
+        op_library_path()
+
+
+def test_a_missing_runner_names_the_folder_it_looked_in(monkeypatch, tmp_path):
+    monkeypatch.setenv(BUILD_DIR_ENV_VAR, str(tmp_path / "nobuild"))
+    with pytest.raises(IdentityConvError, match=f"C\\+\\+ runner not found: {tmp_path / 'nobuild' / 'aoti_runner'}"):
+        runner_path()
+    with pytest.raises(IdentityConvError, match="given with --runner"):
+        runner_path(tmp_path / "absent_runner")
 
 
 def test_loading_twice_returns_the_same_library(op_library):
@@ -42,24 +60,23 @@ def test_loading_twice_returns_the_same_library(op_library):
     assert out.shape == (2, 3)
 
 
-def test_missing_library_error_names_every_path_tried(tmp_path):
+def test_missing_library_error_names_the_folder_it_looked_in(tmp_path):
     # A fresh process: in this one the library is loaded already and would be reused.
-    result = _load_in_fresh_process(
-        "from pathlib import Path\n"
-        "from identity_conv.ops import loader as ops\n"
-        "from identity_conv.errors import OpLibraryError\n"
-        f"ops._REPO_ROOT = Path({str(tmp_path / 'checkout')!r})\n"
-        "try:\n"
-        "    ops.load_op_library()\n"
-        "except OpLibraryError as e:\n"
-        "    print(e)\n",
-        cwd=str(tmp_path),
-        **{LIBRARY_ENV_VAR: str(tmp_path / "env" / "libidentity_conv_ops.so")},
+    env = {k: v for k, v in os.environ.items() if k != LIBRARY_ENV_VAR}
+    result = subprocess.run(
+        [sys.executable, "-c",
+         "from identity_conv.ops import loader as ops\n"
+         "from identity_conv.errors import OpLibraryError\n"
+         "try:\n"
+         "    ops.load_op_library()\n"
+         "except OpLibraryError as e:\n"
+         "    print(e)\n"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        env={**env, BUILD_DIR_ENV_VAR: str(tmp_path / "nobuild")},
     )
     message = result.stdout
-    assert "could not find the op library libidentity_conv_ops.so" in message, result.stderr
-    for tried in ("env", "build", "checkout/build"):
-        assert str(tmp_path / tried / "libidentity_conv_ops.so") in message
+    assert (f"could not find the op library libidentity_conv_ops.so in {tmp_path / 'nobuild'} "
+            f"(${BUILD_DIR_ENV_VAR})") in message, result.stderr
     assert LIBRARY_ENV_VAR in message and "--op-lib" in message
 
 
@@ -76,12 +93,11 @@ def test_default_load_after_an_explicit_path_needs_no_build_folder(build, tmp_pa
     copy.write_bytes(build.op_library.read_bytes())
     result = _load_in_fresh_process(
         "from identity_conv.ops import loader as ops\n"
-        "from pathlib import Path\n"
-        f"ops._REPO_ROOT = Path({str(tmp_path)!r})\n"
         f"first = ops.load_op_library({str(copy)!r})\n"
         "from identity_conv.models.identity import IdentityModel\n"
         "IdentityModel(3)\n"
         "print('same' if ops.load_op_library() == first else 'different')\n",
+        **{BUILD_DIR_ENV_VAR: str(tmp_path)},
     )
     assert result.stdout.strip() == "same", result.stderr
 

@@ -286,10 +286,13 @@ def test_benchmark_refuses_a_package_that_failed_verification(compiled_package, 
     assert not (tmp_path / "bench.json").exists()
 
 
-def test_benchmark_rejects_an_unknown_size(build, op_library, tmp_path):
-    result = runner.invoke(benchmark_app, ["--sizes", "huge", "--output-dir", str(tmp_path),
-                                           "--runner", str(build.runner), "--op-lib", str(op_library)])
-    assert result.exit_code == 2 and "unknown size 'huge'" in result.output
+def test_benchmark_rejects_an_unknown_size(build, tmp_path):
+    """From a folder with no build/ and no --runner or --op-lib: the size is checked
+    only after the runner and the op library were found in this checkout's build."""
+    from conftest import run_cli
+
+    result = run_cli("benchmark", "--sizes", "huge", "--output-dir", tmp_path, cwd=tmp_path, build=build)
+    assert result.returncode == 2 and "unknown size 'huge'" in result.stderr, result.stdout + result.stderr
 
 
 # --- the compile cache ------------------------------------------------------------------

@@ -65,7 +65,7 @@ def benchmark(
             show_default=False,
         ),
     ] = None,
-    runner: RunnerOption = Path("build/aoti_runner"),
+    runner: RunnerOption = None,
     op_lib: OpLibOption = None,
 ) -> None:
     from ..compiler.onnx_export import onnx_wanted
@@ -74,7 +74,7 @@ def benchmark(
     try:
         with_onnx = onnx_wanted(onnx)
         steps = (4 + int(with_onnx)) * len(names) + int(serving) + int(bandwidth_mb > 0)
-        require_runner(runner)
+        runner = require_runner(runner)
         with step_progress(steps) as on_step:
             report = run_benchmark(names, output_dir, runner, op_lib, iterations, optimize, serving, bandwidth_mb,
                                    on_step, repeats, onnx=with_onnx)

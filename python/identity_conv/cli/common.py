@@ -16,6 +16,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.text import Text
 
 from ..errors import EXIT_USAGE, IdentityConvError
+from ..locate import runner_path
 from ..compiler.onnx_export import is_onnx_path
 from ..package.archive import read_package_spec
 from ..package.spec import PackageSpec
@@ -36,9 +37,21 @@ err_console = Console(stderr=True, highlight=False, markup=False, soft_wrap=True
 
 
 # Options shared by the CLIs that drive both runtimes.
-RunnerOption = Annotated[Path, typer.Option(help="The C++ runner (built by ./scripts/setup.sh).")]
+# Both default to this checkout's build, from any folder (see locate.py).
+RunnerOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        help="The C++ runner. Default: aoti_runner in $IDENTITY_CONV_BUILD_DIR, else in this checkout's build/ "
+        "(built by ./scripts/setup.sh).",
+        show_default=False,
+    ),
+]
 OpLibOption = Annotated[
-    Optional[Path], typer.Option(help="libidentity_conv_ops.so. Default: $IDENTITY_CONV_OPS_LIB, then build/.")
+    Optional[Path],
+    typer.Option(
+        help="libidentity_conv_ops.so. Default: $IDENTITY_CONV_OPS_LIB, else the one in $IDENTITY_CONV_BUILD_DIR "
+        "or this checkout's build/."
+    ),
 ]
 
 FakeModuleOption = Annotated[
@@ -67,11 +80,10 @@ def read_spec(path: Path) -> PackageSpec:
     return read_package_spec(path)
 
 
-def require_runner(runner: Path) -> Path:
-    """Raise a clear error when the C++ runner has not been built."""
-    if not runner.is_file():
-        raise IdentityConvError(f"C++ runner not found: {runner}. Build it with ./scripts/setup.sh or pass --runner.")
-    return runner
+def require_runner(runner: Path | None) -> Path:
+    """The C++ runner given with --runner, else this checkout's; a clear error when
+    it has not been built."""
+    return runner_path(runner)
 
 
 def exit_with(error: Exception) -> NoReturn:

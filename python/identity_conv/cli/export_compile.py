@@ -192,7 +192,8 @@ def export_compile(
         Optional[List[Path]],
         typer.Option(
             help="An op library to load before export (repeatable, loaded in order). Default, for "
-            "the IdentityModel: libidentity_conv_ops.so from $IDENTITY_CONV_OPS_LIB, then build/.",
+            "the IdentityModel: libidentity_conv_ops.so from $IDENTITY_CONV_OPS_LIB, else from "
+            "$IDENTITY_CONV_BUILD_DIR or this checkout's build/.",
         ),
     ] = None,
     dynamic: Annotated[

@@ -41,7 +41,8 @@ def run_inference(
         Optional[List[Path]],
         typer.Argument(
             help="Op libraries to load, in order. Default, for packages that need it: "
-            "libidentity_conv_ops.so from $IDENTITY_CONV_OPS_LIB, then build/.",
+            "libidentity_conv_ops.so from $IDENTITY_CONV_OPS_LIB, else from $IDENTITY_CONV_BUILD_DIR or "
+            "this checkout's build/.",
             show_default=False,
         ),
     ] = None,

@@ -36,7 +36,7 @@ def train_identity(
     steps: Annotated[int, typer.Option(min=1, help="Optimizer steps.")] = 200,
     lr: Annotated[float, typer.Option(min=0.0, help="Adam learning rate.")] = 0.05,
     output: Annotated[Path, typer.Option(help="Where to write the trained package.")] = Path("artifacts/trained.pt2"),
-    runner: RunnerOption = Path("build/aoti_runner"),
+    runner: RunnerOption = None,
     op_lib: OpLibOption = None,
 ) -> None:
     try:
@@ -44,7 +44,7 @@ def train_identity(
     except ValueError:
         raise typer.BadParameter(f"expected comma-separated numbers, got {scale!r}", param_hint="--scale")
     try:
-        require_runner(runner)
+        runner = require_runner(runner)
         library = load_op_library(op_lib)
         with step_progress(steps) as on_step:
             result = train_channel_scale(target, steps=steps, lr=lr, on_step=lambda i, loss: on_step(f"step {i + 1} loss {loss:.2e}"))

@@ -41,7 +41,7 @@ def verify_matrix(
     shapes: Annotated[str, typer.Option(help="Comma-separated shape modes: static, dynamic.")] = ",".join(SHAPE_MODES),
     inputs: Annotated[str, typer.Option(help="Comma-separated input kinds: random, special.")] = ",".join(INPUT_KINDS),
     work_dir: Annotated[Path, typer.Option(help="Where packages and tensor files go.")] = Path("artifacts/verify"),
-    runner: RunnerOption = Path("build/aoti_runner"),
+    runner: RunnerOption = None,
     op_lib: OpLibOption = None,
     onnx: Annotated[
         Optional[bool],
@@ -56,7 +56,7 @@ def verify_matrix(
 
     try:
         with_onnx = onnx_wanted(onnx)
-        require_runner(runner)
+        runner = require_runner(runner)
         library = load_op_library(op_lib)
         axes = (_split(dtypes), _split(shapes), _split(inputs))
         steps = len(axes[0]) * len(axes[1]) * (1 + len(axes[2]))

@@ -2,7 +2,7 @@
 wrappers and autograd formula of the project's ops (fakes.py)."""
 
 from .fakes import FakeIdentityConvClass, identity_conv, identity_conv_out
-from .loader import LIBRARY_ENV_VAR, LIBRARY_NAME, library_candidates, libraries_for, load_op_libraries, load_op_library
+from .loader import LIBRARY_ENV_VAR, LIBRARY_NAME, libraries_for, load_op_libraries, load_op_library
 
 __all__ = [
     "FakeIdentityConvClass",
@@ -11,7 +11,6 @@ __all__ = [
     "identity_conv",
     "identity_conv_out",
     "libraries_for",
-    "library_candidates",
     "load_op_libraries",
     "load_op_library",
 ]

@@ -10,64 +10,51 @@ from pathlib import Path
 import torch
 
 from ..errors import OpLibraryError
+from ..locate import LIBRARY_ENV_VAR, LIBRARY_NAME, op_library_path
 from .fakes import OP_NAME, register_fakes
 
-LIBRARY_NAME = "libidentity_conv_ops.so"
-LIBRARY_ENV_VAR = "IDENTITY_CONV_OPS_LIB"
-
-_REPO_ROOT = Path(__file__).resolve().parents[3]
 _loaded_path: Path | None = None
 
 
-def library_candidates(path: str | os.PathLike[str] | None = None) -> list[Path]:
-    """The places the loader looks for the library, in order.
+def library_not_found(path: Path | str) -> str:
+    """The message for a library path that names no file; aoti_runner's
+    (cpp_runtime/core/op_libraries.cpp) has the same words."""
+    return (
+        f"op library not found: {path}. Build it (./scripts/setup.sh builds this project's libraries "
+        "into build/), or correct the path."
+    )
 
-    Args:
-        path: an explicit path; when given it is the only candidate.
 
-    Returns:
-        The explicit path, else ``$IDENTITY_CONV_OPS_LIB``, then ``build/`` in the
-        current directory and in the source checkout.
-    """
-    if path is not None:
-        return [Path(path)]
-    candidates = []
-    if os.environ.get(LIBRARY_ENV_VAR):
-        candidates.append(Path(os.environ[LIBRARY_ENV_VAR]))
-    candidates.append(Path.cwd() / "build" / LIBRARY_NAME)
-    candidates.append(_REPO_ROOT / "build" / LIBRARY_NAME)
-    unique: list[Path] = []
-    for candidate in candidates:
-        if candidate.resolve() not in [u.resolve() for u in unique]:
-            unique.append(candidate)
-    return unique
+def library_not_loaded(path: Path | str, error: OSError) -> str:
+    """The message for a library the dynamic loader refused, with the loader's own
+    reason (torch.ops.load_library keeps it only as the cause of its OSError); the
+    same words as aoti_runner's."""
+    reason = str(error.__cause__ or error).strip() or type(error).__name__
+    return (
+        f"could not load op library {path}: {reason}. Pass a shared library built against this torch "
+        "(./scripts/setup.sh builds this project's)."
+    )
 
 
 def load_op_library(path: str | os.PathLike[str] | None = None) -> Path:
     """Load the op library once, then register its fakes. Safe to call again.
 
     Args:
-        path: the library to load; defaults to the search in ``library_candidates``.
+        path: the library to load; default: ``locate.op_library_path``.
 
     Returns:
         The resolved path of the loaded library.
 
     Raises:
-        OpLibraryError: no candidate exists, loading failed, or a different library
-            file was already loaded in this process.
+        OpLibraryError: the library is not there, loading failed, or a different
+            library file was already loaded in this process.
     """
     global _loaded_path
     if _loaded_path is not None and path is None:
         return _loaded_path
-    candidates = library_candidates(path)
-    found = next((c for c in candidates if c.is_file()), None)
-    if found is None:
-        tried = "\n".join(f"  - {c}" for c in candidates)
-        raise OpLibraryError(
-            f"could not find the op library {LIBRARY_NAME}. Tried:\n{tried}\n"
-            f"Build it with ./scripts/setup.sh, or pass its path "
-            f"(--op-lib PATH, or set {LIBRARY_ENV_VAR})."
-        )
+    found = op_library_path(path)
+    if not found.is_file():
+        raise OpLibraryError(library_not_found(found))
     if _loaded_path is not None:
         if found.resolve() != _loaded_path:
             raise OpLibraryError(
@@ -85,10 +72,7 @@ def load_op_library(path: str | os.PathLike[str] | None = None) -> Path:
     try:
         _load_and_record(found)
     except OSError as error:
-        raise OpLibraryError(
-            f"could not load the op library {found}: {error}\n"
-            "Rebuild it against this environment's torch with ./scripts/setup.sh."
-        ) from error
+        raise OpLibraryError(library_not_loaded(found, error)) from error
     if not _has_schema(OP_NAME):
         raise OpLibraryError(
             f"{found} loaded, but it does not register {OP_NAME}; pass the "
@@ -120,18 +104,13 @@ def load_op_libraries(paths: list[str | os.PathLike[str]]) -> list[Path]:
             loaded.append(load_op_library(path))
             continue
         if not path.is_file():
-            raise OpLibraryError(
-                f"could not find the op library {path}.\nBuild it, or fix the path given with --op-lib."
-            )
+            raise OpLibraryError(library_not_found(path))
         resolved = path.resolve()
         if str(resolved) not in _loaded_library_paths():
             try:
                 _load_and_record(resolved)
             except OSError as error:
-                raise OpLibraryError(
-                    f"could not load the op library {path}: {error}\n"
-                    "Rebuild it against this environment's torch."
-                ) from error
+                raise OpLibraryError(library_not_loaded(path, error)) from error
         # The project's ops under another file name still need their fakes.
         if _loaded_path is None and "my_ops" in _namespaces_by_library.get(resolved, set()):
             register_fakes()
