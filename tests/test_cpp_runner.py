@@ -114,7 +114,7 @@ def test_a_library_that_is_not_the_op_library(build, compiled_package):
     other = torch.__file__.replace("__init__.py", "lib/libtorch_global_deps.so")
     result = run_cmd(build.runner, compiled_package.path, other)
     assert result.returncode == 2
-    assert "which no loaded library registers" in result.stderr
+    assert "no loaded library registers what the package needs: op my_ops::identity_conv_op" in result.stderr
 
 
 def test_a_file_that_is_not_a_shared_library(build, compiled_package, tmp_path):

@@ -261,13 +261,23 @@ def test_two_library_runs_in_both_runtimes(two_library, build, tmp_path, style):
 
 
 def test_two_library_without_the_second_library_is_a_clear_error(two_library, build, tmp_path):
-    cpp = run_cmd(build.runner, two_library.path, build.op_library)
-    assert cpp.returncode == 2, cpp.stdout + cpp.stderr
-    assert "needs op extra_ops::affine, which no loaded library registers" in cpp.stderr
-    assert "libextra_ops.so" in cpp.stderr
-    # A fresh Python process: this one has libextra_ops.so loaded already.
-    py = run_cmd(RUN_INFERENCE, two_library.path, build.op_library)
-    assert py.returncode == 2 and "extra_ops::affine" in py.stderr and "libextra_ops.so" in py.stderr, py.stderr
+    """Each missing op is named with the library that defines it, in the same words
+    by both runners; with neither library loaded, both are named, each for its op."""
+    assert read_package_spec(two_library.path).op_library_namespaces == {
+        "libextra_ops.so": ["extra_ops"], "libidentity_conv_ops.so": ["my_ops"]}
+    unrelated = Path(torch.__file__).parent / "lib" / "libtorch_global_deps.so"
+    cases = {
+        build.op_library: "what the package needs: op extra_ops::affine, defined in libextra_ops.so. Pass",
+        unrelated: "what the package needs: op extra_ops::affine, defined in libextra_ops.so; op "
+                   "my_ops::identity_conv_op, defined in libidentity_conv_ops.so. Pass",
+    }
+    for library, needs in cases.items():
+        cpp = run_cmd(build.runner, two_library.path, library)
+        assert cpp.returncode == 2 and needs in cpp.stderr, cpp.stdout + cpp.stderr
+        # A fresh Python process: this one has libextra_ops.so loaded already.
+        py = run_cmd(RUN_INFERENCE, two_library.path, library)
+        assert py.returncode == 2 and needs in py.stderr, py.stdout + py.stderr
+        assert py.stderr.strip().removeprefix("error: ") == cpp.stderr.strip().removeprefix("aoti_runner: error: ")
 
 
 # --- Python-only ops --------------------------------------------------------------------

@@ -9,18 +9,13 @@
 #include <set>
 
 namespace aoti_runner {
-namespace {
-
-constexpr const char* kDefaultLibrary = "build/libidentity_conv_ops.so";
-
-}  // namespace
-
 void load_op_libraries(const std::vector<std::string>& paths) {
   for (const auto& path : paths) {
+    // The same words as python/identity_conv/ops/loader.py.
     if (!std::filesystem::exists(path)) {
       throw RunnerError("op library not found: " + path +
-                        "\nBuild it with ./scripts/setup.sh (it writes " + kDefaultLibrary +
-                        ") and pass its path after the package.");
+                        ". Build it (./scripts/setup.sh builds this project's libraries into "
+                        "build/), or correct the path.");
     }
     // An absolute path: dlopen of a bare name would search the library path instead of
     // the file checked above. RTLD_GLOBAL: the package resolves the library's symbols.
@@ -29,7 +24,8 @@ void load_op_libraries(const std::vector<std::string>& paths) {
       const char* error = dlerror();
       throw RunnerError("could not load op library " + path + ": " +
                         (error ? error : "unknown dlopen error") +
-                        "\nPass a shared library built against this runner's torch.");
+                        ". Pass a shared library built against this torch (./scripts/setup.sh "
+                        "builds this project's).");
     }
   }
 }

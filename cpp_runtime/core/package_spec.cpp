@@ -231,6 +231,18 @@ PackageSpec parse_spec_document(const json& document) {
   };
   spec.required_classes = strings("required_classes", true);
   spec.op_libraries = strings("op_libraries", false);
+  const auto namespaces = get("op_library_namespaces", json::object());
+  if (!namespaces.is_object()) {
+    throw malformed("op_library_namespaces: expected an object, got " + type_name(namespaces));
+  }
+  for (const auto& [library, names] : namespaces.items()) {
+    const auto where = "op_library_namespaces." + library;
+    auto& parsed = spec.op_library_namespaces[library];
+    const auto& list = get_array(names, where);
+    for (size_t k = 0; k < list.size(); ++k) {
+      parsed.push_back(get_string(list[k], where + "[" + std::to_string(k) + "]"));
+    }
+  }
   spec.cpu_flags = strings("cpu_flags", false);
   spec.python_only_ops = strings("python_only_ops", true);
   spec.fake_modules = strings("fake_modules", false);
@@ -274,7 +286,7 @@ json spec_to_document(const PackageSpec& spec) {
     }
     ops.push_back(entry);
   }
-  return {
+  json document = {
       {"schema_version", kSchemaVersion},
       {"inputs", inputs},
       {"example_shapes", spec.example_shapes},
@@ -292,6 +304,10 @@ json spec_to_document(const PackageSpec& spec) {
       {"cache_key", spec.cache_key},
       {"onnx_mode", spec.onnx_mode},
   };
+  if (!spec.op_library_namespaces.empty()) {  // written only when known, as in Python
+    document["op_library_namespaces"] = spec.op_library_namespaces;
+  }
+  return document;
 }
 
 namespace {

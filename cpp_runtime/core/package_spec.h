@@ -48,6 +48,9 @@ struct PackageSpec {
   std::vector<OpRef> required_ops;
   std::vector<std::string> required_classes;
   std::vector<std::string> op_libraries;
+  // Which op namespaces each of op_libraries registers (empty when not recorded), so
+  // a runner can say which library a missing op needs.
+  std::map<std::string, std::vector<std::string>> op_library_namespaces;
   bool is_identity = false;
   std::string torch_version = "unknown";
   // The shapes the package was verified at (none, or one per input).

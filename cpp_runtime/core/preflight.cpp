@@ -10,7 +10,9 @@
 
 #include <sys/utsname.h>
 
+#include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 namespace aoti_runner {
@@ -130,30 +132,69 @@ void check_runs_here(const PackageSpec& spec, const HostFacts& host) {
   }
 }
 
+namespace {
+
+// What no loaded library registers, grouped by the library that defines it: missing
+// holds (what, qualified name) pairs. The same words as the Python side's
+// missing_libraries_message (runtime/preflight.py).
+std::string missing_libraries_message(
+    const PackageSpec& spec, const std::vector<std::pair<std::string, std::string>>& missing) {
+  // Groups in the order their first item is missing, as the Python side's dict keeps.
+  std::vector<std::pair<std::string, std::vector<std::string>>> groups;
+  for (const auto& [what, qualname] : missing) {
+    const auto ns = qualname.substr(0, qualname.find("::"));
+    std::vector<std::string> owners;
+    for (const auto& [library, spaces] : spec.op_library_namespaces) {
+      if (std::find(spaces.begin(), spaces.end(), ns) != spaces.end()) {
+        owners.push_back(library);
+      }
+    }
+    std::string where;
+    if (!owners.empty()) {
+      where = join(owners, " or ");
+    } else if (!spec.op_libraries.empty()) {
+      where.append(spec.op_libraries.size() > 1 ? "one of " : "").append(join(spec.op_libraries, ", "));
+    } else {
+      where = "an op library the package does not name";
+    }
+    auto group = std::find_if(groups.begin(), groups.end(),
+                              [&](const auto& entry) { return entry.first == where; });
+    if (group == groups.end()) {
+      groups.emplace_back(where, std::vector<std::string>{});
+      group = std::prev(groups.end());
+    }
+    group->second.push_back(what);
+  }
+  std::vector<std::string> needs;
+  for (const auto& [where, whats] : groups) {
+    std::string need = join(whats, " and ");
+    need.append(", defined in ").append(where);
+    needs.push_back(need);
+  }
+  std::string message("no loaded library registers what the package needs: ");
+  message.append(join(needs, "; "))
+      .append(". Pass each library's path after the package or with --op-lib.");
+  return message;
+}
+
+}  // namespace
+
 void check_required_symbols(const PackageSpec& spec, const HostFacts& host) {
-  std::vector<std::string> missing;
+  std::vector<std::pair<std::string, std::string>> missing;
   for (const auto& op : spec.required_ops) {
     if (!host.has_op(op)) {
-      missing.push_back("op " + op.str());
+      std::string what("op ");  // appended: "op " + op.str() trips gcc 12's -Wrestrict
+      missing.emplace_back(what.append(op.str()), op.name);
     }
   }
   for (const auto& cls : spec.required_classes) {
     if (!host.has_class(cls)) {
-      missing.push_back("class " + cls);
+      missing.emplace_back("class " + cls, cls);
     }
   }
-  if (missing.empty()) {
-    return;
+  if (!missing.empty()) {
+    throw RunnerError(missing_libraries_message(spec, missing), "missing_symbols");
   }
-  const std::string libs =
-      spec.op_libraries.empty() ? std::string("the op library") : join(spec.op_libraries, ", ");
-  throw RunnerError("the package needs " + join(missing, " and ") +
-                        ", which no loaded library registers. They are defined in " + libs +
-                        ".\nPass each library after the package or with --op-lib, e.g.: "
-                        "aoti_runner <model.pt2> " +
-                        (spec.op_libraries.empty() ? std::string("build/libidentity_conv_ops.so")
-                                                   : join(spec.op_libraries, " ")),
-                    "missing_symbols");
 }
 
 }  // namespace aoti_runner

@@ -32,7 +32,8 @@ HostFacts this_host();
 void check_runs_here(const PackageSpec& spec, const HostFacts& host);
 
 // Kind missing_symbols: names each op (with its overload) or class the package calls
-// that nothing loaded registers, and the libraries that define them.
+// that nothing loaded registers, grouped by the library that defines it (from the
+// spec's op_library_namespaces, else every recorded library).
 void check_required_symbols(const PackageSpec& spec, const HostFacts& host);
 
 }  // namespace aoti_runner

@@ -32,7 +32,7 @@ from .export import (
     shared_dims,
 )
 from ..models.identity import MODEL_VARIANTS, IdentityModel, IdentityOutModel
-from ..ops.loader import libraries_for, load_op_libraries, load_op_library
+from ..ops.loader import libraries_for, load_op_libraries, load_op_library, namespaces_by_library
 from .optimize import optimize_program
 from ..package.archive import read_package_spec, rewrite_package_metadata
 from ..package.dtypes import DTYPES
@@ -348,6 +348,7 @@ def export_and_compile(
             required_ops=calls.op_refs(),
             required_classes=calls.classes,
             op_libraries=libraries_for([op for op in calls.ops if op not in python_ops] + calls.classes),
+            op_library_namespaces=namespaces_by_library([op for op in calls.ops if op not in python_ops] + calls.classes),
             is_identity=bool(getattr(model, "is_identity", False)),
             example_shapes=[tuple(x.shape) for x in inputs],
             cpu_flags=instruction_set_flags(),
@@ -459,6 +460,7 @@ def _export_onnx(
             "fake_modules": list(config.fake_modules),
             # Custom-domain nodes run the op libraries' kernels; portable files need none.
             "op_libraries": libraries_for(prepared.ops) if config.onnx_mode == "custom-domain" else [],
+            "op_library_namespaces": namespaces_by_library(prepared.ops) if config.onnx_mode == "custom-domain" else {},
         }
         exported = convert_onnx(prepared, config.output, extras)
     with stage("verify"):
@@ -625,10 +627,14 @@ def _record_called_ops(package_path: Path, spec: PackageSpec, calls: GraphCalls,
         package_path.unlink(missing_ok=True)
         raise _python_ops_error(late, "the compiled package calls")
     python_ops = sorted(late)
-    libraries = libraries_for(sorted({op.name for op in called if op.name not in late}) + calls.classes)
-    if (called, python_ops, libraries) == (spec.required_ops, spec.python_only_ops, spec.op_libraries):
+    needed = sorted({op.name for op in called if op.name not in late}) + calls.classes
+    libraries, namespaces = libraries_for(needed), namespaces_by_library(needed)
+    if (called, python_ops, libraries, namespaces) == (
+        spec.required_ops, spec.python_only_ops, spec.op_libraries, spec.op_library_namespaces
+    ):
         return
     spec.required_ops, spec.python_only_ops, spec.op_libraries = called, python_ops, libraries
+    spec.op_library_namespaces = namespaces
     if not python_ops:
         spec.fake_modules = list(config.fake_modules)
     rewrite_package_metadata(package_path, package_path, spec.to_metadata())

@@ -146,6 +146,15 @@ def libraries_for(qualnames: list[str]) -> list[str]:
     return sorted(names)
 
 
+def namespaces_by_library(qualnames: list[str]) -> dict[str, list[str]]:
+    """For each loaded library (by file name) that registered a namespace of
+    ``qualnames``, those namespaces, sorted: recorded in a package so a runner can
+    say which library each missing op needs."""
+    wanted = {qualname.split("::")[0] for qualname in qualnames}
+    found = {path.name: sorted(spaces & wanted) for path, spaces in _namespaces_by_library.items()}
+    return {name: spaces for name, spaces in sorted(found.items()) if spaces}
+
+
 def _loaded_library_paths() -> list[str]:
     return sorted(str(Path(p).resolve()) for p in torch.ops.loaded_libraries)
 

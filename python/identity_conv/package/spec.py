@@ -76,6 +76,9 @@ class PackageSpec:
     required_ops: list[OpRef] = field(default_factory=list)
     required_classes: list[str] = field(default_factory=list)
     op_libraries: list[str] = field(default_factory=list)
+    # Which op namespaces each of op_libraries registers, so a runner can say which
+    # library a missing op needs. Written only when known (older packages lack it).
+    op_library_namespaces: dict[str, list[str]] = field(default_factory=dict)
     is_identity: bool = False
     torch_version: str = "unknown"
     # The shapes the package was verified at (one per input); random inputs use them.
@@ -119,6 +122,7 @@ class PackageSpec:
             "required_classes": list(self.required_classes),
             "python_only_ops": list(self.python_only_ops),
             "op_libraries": list(self.op_libraries),
+            **({"op_library_namespaces": dict(self.op_library_namespaces)} if self.op_library_namespaces else {}),
             "fake_modules": list(self.fake_modules),
             "is_identity": self.is_identity,
             "torch_version": self.torch_version,
@@ -311,6 +315,15 @@ def parse_document(document: Any) -> PackageSpec:
         check = _qualified if qualified else _str
         return [check(value, f"{key}[{k}]") for k, value in enumerate(_list(get(key, []), key))]
 
+    namespaces = get("op_library_namespaces", {})
+    if not isinstance(namespaces, dict):
+        raise _malformed(f"op_library_namespaces: expected an object, got {_type_name(namespaces)}")
+    library_namespaces = {
+        library: [_str(name, f"op_library_namespaces.{library}[{k}]") for k, name in
+                  enumerate(_list(names, f"op_library_namespaces.{library}"))]
+        for library, names in namespaces.items()
+    }
+
     is_identity = get("is_identity", False)
     if not isinstance(is_identity, bool):
         raise _malformed(f"is_identity: expected a boolean, got {_type_name(is_identity)}")
@@ -320,6 +333,7 @@ def parse_document(document: Any) -> PackageSpec:
         required_ops=ops,
         required_classes=strings("required_classes", qualified=True),
         op_libraries=strings("op_libraries"),
+        op_library_namespaces=library_namespaces,
         is_identity=is_identity,
         torch_version=_str(get("torch_version", "unknown"), "torch_version"),
         example_shapes=shapes,

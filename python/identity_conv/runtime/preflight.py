@@ -126,16 +126,13 @@ def check_required_symbols(spec: PackageSpec, host: HostFacts) -> None:
     """Raise PackageError (kind missing_symbols) naming each op (with its overload) or
     class the package calls that nothing in this process registered, and where it
     comes from: an op library to pass, or a module to import for Python-only ops."""
-    missing = [f"op {op}" for op in spec.required_ops if op.name not in spec.python_only_ops and not host.has_op(op)]
-    missing += [f"class {cls}" for cls in spec.required_classes if not host.has_class(cls)]
+    missing = [(f"op {op}", op.name) for op in spec.required_ops
+               if op.name not in spec.python_only_ops and not host.has_op(op)]
+    missing += [(f"class {cls}", cls) for cls in spec.required_classes if not host.has_class(cls)]
     missing_python = [f"op {op}" for op in spec.required_ops if op.name in spec.python_only_ops and not host.has_op(op)]
     problems = []
     if missing:
-        libs = ", ".join(spec.op_libraries) or "the op library"
-        problems.append(
-            f"the package needs {' and '.join(missing)}, which no loaded library registers. They are defined in "
-            f"{libs}; pass each library's path after the package or with --op-lib."
-        )
+        problems.append(missing_libraries_message(spec, missing))
     if missing_python:
         modules = ", ".join(spec.fake_modules) or "the module that defines them"
         problems.append(
@@ -144,6 +141,28 @@ def check_required_symbols(spec: PackageSpec, host: HostFacts) -> None:
         )
     if problems:
         raise PackageError("\n".join(problems), kind="missing_symbols")
+
+
+def missing_libraries_message(spec: PackageSpec, missing: list[tuple[str, str]]) -> str:
+    """What no loaded library registers, grouped by the library that defines it:
+    ``missing`` holds (what, qualified name) pairs such as ("op my_ops::op", "my_ops::op").
+    cpp_runtime/core/preflight.cpp writes the same words."""
+    groups: dict[str, list[str]] = {}
+    for what, qualname in missing:
+        namespace = qualname.split("::")[0]
+        owners = [library for library, spaces in spec.op_library_namespaces.items() if namespace in spaces]
+        if owners:
+            where = " or ".join(owners)
+        elif spec.op_libraries:
+            where = ("one of " if len(spec.op_libraries) > 1 else "") + ", ".join(spec.op_libraries)
+        else:
+            where = "an op library the package does not name"
+        groups.setdefault(where, []).append(what)
+    needs = "; ".join(f"{' and '.join(whats)}, defined in {where}" for where, whats in groups.items())
+    return (
+        f"no loaded library registers what the package needs: {needs}. Pass each library's path after the "
+        "package or with --op-lib."
+    )
 
 
 def preflight(spec: PackageSpec, host: HostFacts) -> None:
