@@ -266,3 +266,18 @@ def test_a_library_variable_naming_no_file_is_an_error_not_a_fallback(compiled_p
     assert run.returncode == 2, run.stdout + run.stderr
     assert f"IDENTITY_CONV_OPS_LIB is set to {missing}, which does not exist" in run.stderr
     assert "PASSED" not in run.stdout
+
+
+def test_export_compile_loads_only_the_libraries_given(build, tmp_path):
+    """--op-lib with the wrong library for the IdentityModel: nothing else is loaded
+    behind the user's back, and the error says which op and class need which library.
+    A fresh process: this one has the op library loaded already."""
+    from conftest import run_cli
+
+    result = run_cli("export_compile", "--height", "8", "--width", "8", "--op-lib", build.extra_op_library,
+                     "--output", tmp_path / "m.pt2", cwd=tmp_path, build=build)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert ("the IdentityModel needs class my_ops::IdentityConvClass and op my_ops::identity_conv_op, defined in "
+            "libidentity_conv_ops.so, which the libraries given with --op-lib (libextra_ops.so) do not register"
+            ) in result.stderr
+    assert not (tmp_path / "m.pt2").exists()

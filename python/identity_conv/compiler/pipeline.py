@@ -20,7 +20,7 @@ from torch import nn
 
 from .cache import cache_key
 from .compile import compile_package
-from ..errors import ExportError, InputError, PackageError, VerificationError
+from ..errors import ExportError, InputError, OpLibraryError, PackageError, VerificationError
 from ..package.host import instruction_set_flags
 from .export import (
     GraphCalls,
@@ -31,12 +31,12 @@ from .export import (
     python_only_ops,
     shared_dims,
 )
-from ..models.identity import MODEL_VARIANTS, IdentityModel, IdentityOutModel
-from ..ops.loader import libraries_for, load_op_libraries, load_op_library, namespaces_by_library
+from ..models.identity import IDENTITY_CLASS, MODEL_VARIANTS, IdentityModel, IdentityOutModel
+from ..ops.loader import LIBRARY_NAME, libraries_for, load_op_libraries, load_op_library, namespaces_by_library
 from .optimize import optimize_program
 from ..package.archive import read_package_spec, rewrite_package_metadata
 from ..package.dtypes import DTYPES
-from ..package.spec import PackageSpec
+from ..package.spec import OpRef, PackageSpec
 from ..runtime.aoti import load_package
 from ..runtime.tensor_files import save_tensors
 from ..models.user import DynamicDim, flatten_outputs, import_modules, load_model
@@ -274,6 +274,8 @@ def export_and_compile(
     with stage("load op libraries"):
         if config.op_libs:
             libraries = load_op_libraries(config.op_libs)
+            if model is None and config.model is None:
+                _require_identity_library(MODEL_VARIANTS[config.variant], libraries)
         elif config.model is None:
             libraries = [load_op_library()]
         else:
@@ -638,6 +640,25 @@ def _record_called_ops(package_path: Path, spec: PackageSpec, calls: GraphCalls,
     if not python_ops:
         spec.fake_modules = list(config.fake_modules)
     rewrite_package_metadata(package_path, package_path, spec.to_metadata())
+
+
+def _require_identity_library(model_class: type[IdentityModel], libraries: list[Path]) -> None:
+    """The libraries given with --op-lib are all that is loaded: when none registers
+    what the IdentityModel calls, say so instead of loading the default one behind
+    the user's back."""
+    from ..runtime.preflight import this_host
+
+    host = this_host()
+    needs = [f"class {IDENTITY_CLASS}"] if not host.has_class(IDENTITY_CLASS) else []
+    needs += [f"op {op}" for op in model_class.custom_ops if not host.has_op(OpRef(op))]
+    if needs:
+        given = ", ".join(path.name for path in libraries)
+        raise OpLibraryError(
+            f"the {model_class.__name__} needs {' and '.join(needs)}, defined in {LIBRARY_NAME}, which the "
+            f"libraries given with --op-lib ({given}) do not register. Add --op-lib with the path of "
+            f"{LIBRARY_NAME} (./scripts/setup.sh builds it into build/), or leave out --op-lib to load it "
+            "from the build folder."
+        )
 
 
 def _check_identity_layers(model: IdentityModel, calls: GraphCalls) -> None:

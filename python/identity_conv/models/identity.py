@@ -19,11 +19,18 @@ def _identity_depthwise_conv(channels: int) -> nn.Conv2d:
     return conv
 
 
+# The torchbind class every IdentityModel holds (layer 2).
+IDENTITY_CLASS = "my_ops::IdentityConvClass"
+
+
 class IdentityModel(nn.Module):
     """conv(1x1, depthwise, weight 1) -> IdentityConvClass -> identity_conv_op -> conv."""
 
     # Runners check output bits == input bits only for models that declare this.
     is_identity = True
+    # The custom ops forward calls (besides IDENTITY_CLASS), for a clear error when
+    # the library that defines them is not loaded.
+    custom_ops = ("my_ops::identity_conv_op",)
 
     def __init__(self, channels: int = 3) -> None:
         super().__init__()
@@ -52,6 +59,8 @@ class IdentityModel(nn.Module):
 class IdentityOutModel(IdentityModel):
     """The IdentityModel with layer3 through the mutable out= variant: allocate the
     output, then let ``my_ops::identity_conv_op_out`` write it."""
+
+    custom_ops = ("my_ops::identity_conv_op_out",)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.layer1(x)
