@@ -101,7 +101,10 @@ CASES = [
     Case("file-holds-dict", "holds a", inputs=tensors({"x": GOOD})),
     Case("file-element-not-tensor", "element 1 is of type", inputs=tensors(GOOD, 3)),
     Case("file-empty", "tensor file is empty", inputs=raw_file(b"")),
-    Case("file-garbage", "could not read tensor file", inputs=raw_file(b"\x00garbage, not a torch.save file")),
+    Case("file-garbage", "inputs.pt is not a tensor file: it is not a zip archive, the format torch.save writes",
+         inputs=raw_file(b"\x00garbage, not a torch.save file")),
+    Case("file-text", "inputs.pt is not a tensor file: it is not a zip archive, the format torch.save writes. A "
+         "tensor file is a list of tensors saved with torch.save([tensor, ...], path)", inputs=raw_file(b"1.0 2.0\n")),
     Case("file-missing", "tensor file not found", inputs=lambda ctx: ctx.tmp / "absent.pt"),
     # packages
     Case("package-missing", "package not found", package=lambda ctx: ctx.tmp / "absent.pt2"),

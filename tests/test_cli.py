@@ -281,3 +281,29 @@ def test_export_compile_loads_only_the_libraries_given(build, tmp_path):
             "libidentity_conv_ops.so, which the libraries given with --op-lib (libextra_ops.so) do not register"
             ) in result.stderr
     assert not (tmp_path / "m.pt2").exists()
+
+
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        ("text", "it is not a zip archive, the format torch.save writes"),
+        ("numpy", "it holds objects other than tensors (Unsupported global: GLOBAL numpy"),
+    ],
+)
+def test_a_file_that_is_not_a_tensor_file_says_what_the_format_is(compiled_package, op_library, tmp_path, content, why):
+    """Never torch's advice to retry with weights_only=False, which would run code
+    from the file."""
+    import numpy
+
+    path = tmp_path / "data.txt"
+    if content == "text":
+        path.write_text("1.0 2.0 3.0\n")
+    else:
+        torch.save([numpy.ones(3)], path)
+    expected = (f"{path} is not a tensor file: {why}", "A tensor file is a list of tensors saved with "
+                "torch.save([tensor, ...], path), or a runner's --outputs.")
+    for result in (runner.invoke(compare_app, [str(path), str(path)]),
+                   runner.invoke(run_inference_app, [str(compiled_package.path), str(op_library), "--inputs", str(path)])):
+        assert result.exit_code == 2, result.output
+        assert all(part in result.output for part in expected), result.output
+        assert "weights_only" not in result.output

@@ -3,6 +3,7 @@
 #include "errors.h"
 
 #include <ATen/ATen.h>
+#include <c10/util/Exception.h>
 #include <torch/serialize.h>
 
 #include <filesystem>
@@ -23,13 +24,29 @@ std::vector<at::Tensor> load_tensors(const std::string& path) {
     throw RunnerError("tensor file is empty: " + path +
                       "\nWrite one from Python with torch.save([tensor, ...], path).");
   }
+  // The same words as python/identity_conv/runtime/tensor_files.py.
+  const std::string not_a_tensor_file = path + " is not a tensor file";
+  const std::string format =
+      "A tensor file is a list of tensors saved with torch.save([tensor, ...], path), or a "
+      "runner's --outputs.";
+  // torch.save writes a zip archive ("PK" first); anything else (a text file) would
+  // reach the archive reader, whose message speaks of corrupted checkpoints.
+  if (bytes.size() < 4 || bytes[0] != 'P' || bytes[1] != 'K') {
+    throw RunnerError(not_a_tensor_file +
+                      ": it is not a zip archive, the format torch.save writes. " + format);
+  }
   c10::IValue value;
   try {
     value = torch::pickle_load(bytes);
   } catch (const std::exception& e) {
-    rethrow_with_context("could not read tensor file " + path, e,
-                         "Expected a file written by torch.save([tensor, ...], path) "
-                         "or by this runner's --outputs.");
+    std::string reason = e.what();
+    if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) {
+      reason = c10_error->what_without_backtrace();
+    }
+    reason = reason.substr(0, reason.find('\n'));
+    std::string message = not_a_tensor_file;
+    message.append(": torch::pickle_load could not read it (").append(reason).append("). ").append(format);
+    throw RunnerError(message);
   }
   std::vector<at::Tensor> tensors;
   if (value.isTensor()) {

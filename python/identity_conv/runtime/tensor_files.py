@@ -3,7 +3,7 @@ with torch.save (read in C++ with torch::pickle_load)."""
 
 from __future__ import annotations
 
-import pickle
+import re
 import zipfile
 from pathlib import Path
 
@@ -12,6 +12,27 @@ import torch
 from ..errors import IdentityConvError, InputError
 
 _HINT = "Write it with torch.save([tensor, ...], path) or with a runner's --outputs."
+# What a tensor file is; cpp_runtime/core/tensor_files.cpp says the same.
+_FORMAT = "A tensor file is a list of tensors saved with torch.save([tensor, ...], path), or a runner's --outputs."
+# torch's weights-only refusal buries its reason among advice to load unsafely.
+_WEIGHTS_ONLY_REASON = re.compile(r"WeightsUnpickler error: (.*?)(?:\. Please use|$)", re.MULTILINE)
+
+
+def _not_a_tensor_file(path: Path, why: str) -> InputError:
+    return InputError(f"{path} is not a tensor file: {why}. {_FORMAT}")
+
+
+def _load_failure(error: Exception) -> str:
+    """Why torch.load refused a file, without torch's advice to retry with
+    weights_only=False: that would run arbitrary code from the file."""
+    text = str(error)
+    found = _WEIGHTS_ONLY_REASON.search(text)
+    if found:
+        return f"it holds objects other than tensors ({found.group(1).strip()})"
+    first_line = text.strip().splitlines()[0] if text.strip() else ""
+    if not first_line or "weights_only" in first_line:
+        first_line = type(error).__name__
+    return f"torch.load could not read it ({first_line})"
 
 
 def save_tensors(path: str | Path, tensors: list[torch.Tensor]) -> Path:
@@ -37,11 +58,14 @@ def load_tensors(path: str | Path) -> list[torch.Tensor]:
         raise InputError(f"tensor file not found: {path}\n{_HINT}")
     if path.stat().st_size == 0:
         raise InputError(f"tensor file is empty: {path}\n{_HINT}")
+    # torch.save writes a zip archive, the only format the C++ runner reads; anything
+    # else (a text file, a numpy file) would reach the unpickler and fail obscurely.
+    if not zipfile.is_zipfile(path):
+        raise _not_a_tensor_file(path, "it is not a zip archive, the format torch.save writes")
     try:
         value = torch.load(path, weights_only=True, map_location="cpu")
-    except (RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile, EOFError, ValueError) as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise InputError(f"could not read tensor file {path}: {first_line}\n{_HINT}") from error
+    except Exception as error:  # the unpickler raises many types on a foreign archive
+        raise _not_a_tensor_file(path, _load_failure(error)) from error
     if isinstance(value, torch.Tensor):
         return [value]
     if not isinstance(value, (list, tuple)):
