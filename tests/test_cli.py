@@ -59,6 +59,8 @@ def test_export_compile_missing_op_library_is_a_clear_error(tmp_path):
                                                 "--output", str(tmp_path / "m.pt2")])
     assert result.exit_code == 2
     assert f"op library not found: {tmp_path / 'none.so'}" in result.output
+    # The progress bar cleared itself: no spinner line ("load op libraries ... 0/5") above the error.
+    assert result.output.startswith("error: op library not found"), result.output
 
 
 def test_run_inference_happy_path(compiled_package, op_library, tmp_path):

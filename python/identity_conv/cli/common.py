@@ -105,7 +105,9 @@ def verdict(passed: bool) -> Text:
 @contextmanager
 def step_progress(total: int) -> Iterator[Callable[[str], None]]:
     """A progress bar over ``total`` named steps. Yields the callback a stage
-    function calls as each step starts; the bar advances as the next one begins."""
+    function calls as each step starts; the bar advances as the next one begins.
+    On an error the bar clears itself, so the error is not printed under a stale
+    spinner line."""
     progress = Progress(
         SpinnerColumn(),
         TextColumn("{task.description}", markup=False),
@@ -114,7 +116,8 @@ def step_progress(total: int) -> Iterator[Callable[[str], None]]:
         TimeElapsedColumn(),
         console=console,
     )
-    with progress:
+    progress.start()
+    try:
         task = progress.add_task("starting", total=total)
         started: list[str] = []
 
@@ -126,6 +129,12 @@ def step_progress(total: int) -> Iterator[Callable[[str], None]]:
 
         yield on_step
         progress.update(task, completed=total, description="done")
+    except BaseException:
+        progress.live.transient = True
+        # The live display only: Progress.stop would add a blank line on a pipe.
+        progress.live.stop()
+        raise
+    progress.stop()
 
 
 def print_bit_reports(reports: list[tuple[str, BitReport]], max_ulp: int = 0) -> bool:
