@@ -246,17 +246,30 @@ def test_the_cpp_runner_points_onnx_files_to_onnxruntime(build: Build, onnx_file
     assert "run_inference" in result.stderr
 
 
-def test_an_op_without_translation_is_named(tmp_path, op_library):
-    """The out= variant's op has no portable translation, and mutates, so the
-    custom-domain mode refuses it too: each error names the op."""
-    portable = _export(tmp_path / "out.onnx", "--variant", "out", "--op-lib", str(op_library))
-    assert portable.exit_code == 2
-    assert "no ONNX translation for the custom op(s) my_ops::identity_conv_op_out" in portable.output
-    assert "register_onnx_translation" in portable.output
-    custom = _export(tmp_path / "out.onnx", "--variant", "out", "--onnx-mode", "custom-domain", "--op-lib", str(op_library))
-    assert custom.exit_code == 2
-    assert "my_ops::identity_conv_op_out writes its argument 'out' in place" in custom.output
+def test_an_op_that_writes_its_argument_is_refused_by_both_modes_alike(tmp_path, op_library):
+    """The out= variant's op has no portable translation and mutates, so the
+    custom-domain mode refuses it too: neither error points to the other mode."""
+    message = ("my_ops::identity_conv_op_out writes its argument 'out' in place, and ONNX has no in-place ops: "
+               "neither ONNX mode (portable or custom-domain) can export it")
+    for mode in ("portable", "custom-domain"):
+        result = _export(tmp_path / "out.onnx", "--variant", "out", "--onnx-mode", mode, "--op-lib", str(op_library))
+        assert result.exit_code == 2, result.output
+        assert message in result.output and "--variant functional" in result.output
+        assert "export in the custom-domain mode" not in result.output
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_an_op_without_translation_is_named(op_library, monkeypatch):
+    """A functional op with no portable translation: the error names it, with the
+    registration call to add (or the custom-domain mode, which does take it)."""
+    from identity_conv import onnx_translations
+    from identity_conv.compiler.onnx_export import prepare_onnx
+    from identity_conv.errors import ExportError
+
+    monkeypatch.setattr(onnx_translations, "_PORTABLE", {})
+    with pytest.raises(ExportError, match=r"no ONNX translation for the custom op\(s\) "
+                                          r"my_ops::identity_conv_class_forward, my_ops::identity_conv_op\. Register one .*register_onnx_translation.*custom-domain mode"):
+        prepare_onnx(IdentityModel(3).eval(), [torch.randn(EXPORT_SHAPE)])
 
 
 def test_a_torchbind_class_without_route_is_named(op_library, monkeypatch):
@@ -273,16 +286,21 @@ def test_a_torchbind_class_without_route_is_named(op_library, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("dtype", "message"),
+    ("dtype", "mode", "message"),
     [
-        ("bfloat16", "numpy, through which onnxruntime takes its inputs, has no bfloat16"),
-        ("float64", "onnxruntime's CPU execution provider has no kernel for an op at this dtype"),
+        ("bfloat16", "portable", "numpy, through which onnxruntime takes its inputs, has no bfloat16"),
+        ("float64", "portable", "onnxruntime's CPU execution provider has no kernel for an op at this dtype"),
+        ("float16", "custom-domain", "onnxruntime-extensions' Python ops, which run such nodes here, take float32 "
+                                     "and float64 only"),
     ],
 )
-def test_dtypes_onnx_or_onnxruntime_cannot_run_get_a_clear_error(tmp_path, op_library, dtype, message):
-    result = _export(tmp_path / f"{dtype}.onnx", "--dtype", dtype, "--op-lib", str(op_library))
+def test_dtypes_onnx_or_onnxruntime_cannot_run_get_a_clear_error(tmp_path, op_library, dtype, mode, message):
+    """Exit 2 writes nothing: not the file, nor its temporary copy beside it."""
+    output = tmp_path / "out" / f"{dtype}.onnx"
+    result = _export(output, "--dtype", dtype, "--onnx-mode", mode, "--op-lib", str(op_library))
     assert result.exit_code == 2, result.output
     assert message in result.output
+    assert not output.exists() and not [p for p in output.parent.glob("*") if p.suffix == ".onnx"], result.output
 
 
 def test_custom_domain_float_attributes_must_be_exact_in_float32(build: Build, op_library, tmp_path):

@@ -159,6 +159,23 @@ def _portable(overload: torch._ops.OpOverload, translation: Callable[..., Any]) 
 _ATTRIBUTE_TYPES = {"int": "INT", "float": "FLOAT", "str": "STRING", "bool": "INT"}
 
 
+def _in_place_error(op: str, argument: str) -> str:
+    """Both modes refuse an op that writes its argument, so neither may point to the other."""
+    return (
+        f"{op} writes its argument {argument!r} in place, and ONNX has no in-place ops: neither ONNX mode "
+        "(portable or custom-domain) can export it. Export a model that calls a functional op (for the "
+        "IdentityModel: --variant functional)."
+    )
+
+
+def _written_argument(overload: torch._ops.OpOverload) -> str | None:
+    """The name of the first argument ``overload`` writes in place, if any."""
+    for arg in overload._schema.arguments:
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            return arg.name
+    return None
+
+
 def _custom_domain(overload: torch._ops.OpOverload) -> Callable[..., Any]:
     """The translation that writes ``overload`` as one node of its namespace's
     domain, after registering an ONNX schema for it (so ``onnx.checker`` and the
@@ -176,10 +193,7 @@ def _custom_domain(overload: torch._ops.OpOverload) -> Callable[..., Any]:
     for arg in schema.arguments:
         kind = str(arg.type)
         if arg.alias_info is not None and arg.alias_info.is_write:
-            raise ExportError(
-                f"{op} writes its argument {arg.name!r} in place, and ONNX has no in-place ops. Export a "
-                "model that calls a functional op (for the IdentityModel: --variant functional)."
-            )
+            raise ExportError(_in_place_error(op, arg.name))
         if kind == "Tensor":
             tensors.append(arg.name)
         elif kind in _ATTRIBUTE_TYPES:
@@ -285,6 +299,8 @@ def prepare_onnx(
                 table[overload] = _custom_domain(overload)
             elif (translation := portable_translation(op)) is not None:
                 table[overload] = _portable(overload, translation)
+            elif (written := _written_argument(overload)) is not None:
+                raise ExportError(_in_place_error(op, written))
             else:
                 missing.append(op)
     if missing:

@@ -450,11 +450,35 @@ def _export_onnx(
 ) -> BuildResult:
     """The ONNX target's export, convert and verify stages (see onnx_export.py). The
     file's outputs are checked against eager in onnxruntime, bit for bit."""
-    from .onnx_export import convert_onnx, prepare_onnx
-    from ..runtime.onnx_runtime import load_onnx
+    from .onnx_export import prepare_onnx
 
     with stage("export"):
         prepared = prepare_onnx(model, traced, dynamic_dims, config.onnx_mode)
+    # Written beside --output under a temporary name and moved there only once it
+    # passed, as a .pt2 package is: exit 2 (or 1) leaves nothing at --output.
+    staging = _staging_path(config.output, ".onnx")
+    try:
+        return _convert_and_verify_onnx(config, model, inputs, dynamic_dims, libraries, model_name, stage, timings,
+                                        prepared, staging)
+    finally:
+        staging.unlink(missing_ok=True)
+
+
+def _convert_and_verify_onnx(
+    config: BuildConfig,
+    model: nn.Module,
+    inputs: list[torch.Tensor],
+    dynamic_dims: list[DynamicDim],
+    libraries: list[Path],
+    model_name: str,
+    stage: Callable[[str], AbstractContextManager[None]],
+    timings: dict[str, float],
+    prepared: Any,
+    staging: Path,
+) -> BuildResult:
+    from .onnx_export import convert_onnx
+    from ..runtime.onnx_runtime import load_onnx
+
     with stage("convert to ONNX"):
         extras: dict[str, Any] = {
             "is_identity": bool(getattr(model, "is_identity", False)),
@@ -464,22 +488,29 @@ def _export_onnx(
             "op_libraries": libraries_for(prepared.ops) if config.onnx_mode == "custom-domain" else [],
             "op_library_namespaces": namespaces_by_library(prepared.ops) if config.onnx_mode == "custom-domain" else {},
         }
-        exported = convert_onnx(prepared, config.output, extras)
+        exported = convert_onnx(prepared, staging, extras)
     with stage("verify"):
         spec = exported.spec
         try:
-            session = load_onnx(exported.path, spec)
+            session = load_onnx(staging, spec)
+            checks, reference_outputs = _verify_against_eager(
+                model, inputs, dynamic_dims, config.seed, session.run, "the ONNX file", "onnxruntime"
+            )
         except PackageError as error:
+            # The messages name the file as the user will know it, not its temporary name.
+            reason = str(error).replace(str(staging), str(config.output))
             raise ExportError(
-                f"wrote {exported.path}, which passes onnx.checker, but it cannot be verified here: {error}"
+                f"the ONNX file for {config.output} passes onnx.checker, but it cannot be verified here, so it was "
+                f"not written: {reason}"
             ) from error
-        checks, reference_outputs = _verify_against_eager(
-            model, inputs, dynamic_dims, config.seed, session.run, "the ONNX file", "onnxruntime"
-        )
         if config.save_reference is not None:
             _save_reference(config.save_reference, inputs, reference_outputs)
+        passed = list_verdict([report for _, report in checks], config.max_ulp) != FAILED
+        if passed:
+            staging.replace(config.output)
     return BuildResult(
-        package_path=exported.path,
+        package_path=config.output,
+        written=passed,
         spec=spec,
         calls=GraphCalls(exported.ops, [route.split(".")[0] for route in exported.routes]),
         graph=exported.graph,
@@ -593,12 +624,12 @@ def _cached_spec(output: Path, key: str) -> PackageSpec | None:
     return spec if spec.cache_key == key and spec.verified else None
 
 
-def _staging_path(output: Path) -> Path:
-    """A fresh temporary .pt2 path in ``output``'s folder (so the final rename is atomic)."""
+def _staging_path(output: Path, suffix: str = ".pt2") -> Path:
+    """A fresh temporary path in ``output``'s folder (so the final rename is atomic)."""
     import tempfile
 
     output.parent.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(dir=output.parent, prefix=f".{output.stem}.", suffix=".pt2")
+    handle, name = tempfile.mkstemp(dir=output.parent, prefix=f".{output.stem}.", suffix=suffix)
     os.close(handle)
     return Path(name)
 
