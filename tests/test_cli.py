@@ -309,3 +309,15 @@ def test_a_file_that_is_not_a_tensor_file_says_what_the_format_is(compiled_packa
         assert result.exit_code == 2, result.output
         assert all(part in result.output for part in expected), result.output
         assert "weights_only" not in result.output
+
+
+@pytest.mark.parametrize("app_module", ["export_compile", "verify_matrix"])
+def test_help_shows_square_brackets_rich_would_take_for_markup(app_module):
+    import importlib
+
+    app = importlib.import_module(f"identity_conv.cli.{app_module}").app
+    result = runner.invoke(app, ["--help"], env={"COLUMNS": "240", "TERMINAL_WIDTH": "240"})
+    assert result.exit_code == 0, result.output
+    assert "pip install -e '.[onnx]'" in result.output, result.output
+    if app_module == "export_compile":
+        assert "[default: artifacts/model.pt2, or artifacts/model.onnx]" in result.output, result.output

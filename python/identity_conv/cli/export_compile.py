@@ -10,6 +10,7 @@ from typing import Annotated, List, Optional
 
 import torch
 import typer
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -68,7 +69,8 @@ def _check_range(param: typer.CallbackParam, value: str) -> str:
 
 
 MODEL_PANEL = "Your own model (--model)"
-ONNX_PANEL = "ONNX target (export_compile onnx; needs pip install -e '.[onnx]')"
+# Help text is rich markup: square brackets are escaped, or rich takes them for tags and drops them.
+ONNX_PANEL = escape("ONNX target (export_compile onnx; needs pip install -e '.[onnx]')")
 IDENTITY_PANEL = "Built-in IdentityModel (the default)"
 
 
@@ -184,7 +186,7 @@ def export_compile(
     output: Annotated[
         Optional[Path],
         typer.Option(
-            "--output", "-o", help="Where to write the package.  [default: artifacts/model.pt2, or artifacts/model.onnx]",
+            "--output", "-o", help=escape("Where to write the package.  [default: artifacts/model.pt2, or artifacts/model.onnx]"),
             show_default=False,
         ),
     ] = None,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -47,7 +48,8 @@ def verify_matrix(
         Optional[bool],
         typer.Option(
             "--onnx/--no-onnx",
-            help="Add the ONNX column. Default: on when the ONNX extra (pip install -e '.[onnx]') is installed.",
+            # Escaped: rich would take [onnx] for a markup tag and drop it.
+            help=escape("Add the ONNX column. Default: on when the ONNX extra (pip install -e '.[onnx]') is installed."),
             show_default=False,
         ),
     ] = None,
