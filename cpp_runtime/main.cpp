@@ -10,6 +10,7 @@
 #include <exception>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,9 @@ Options:
   --max-ulp N            pass if every output element is within N ULP of its
                          reference (expected or input); default 0: the same bits
   --seed N               seed of the random input used without --inputs (default 0)
+  --input-shape SHAPE    shape of the random input, e.g. 4,3,16,16 (repeat once per
+                         input, in order), for a dynamic package: any shape in its
+                         ranges; default: the shapes it was verified at
   --malloc POLICY        retain (default): glibc keeps freed memory for reuse
                          (M_MMAP_MAX=0, M_TRIM_THRESHOLD=max), so runs after the
                          first page-fault nothing in; system: glibc's defaults
@@ -55,11 +59,13 @@ Options:
 Benchmark (timing inside this process; outputs of every run are checked):
   --bench N              run the package N times per thread after a warm-up and
                          print p50/p90/p99 latency, throughput and RSS at start and
-                         end (also --iterations N, e.g. 10000 for a soak run)
+                         end
+  --iterations N         the same as --bench N (e.g. 10000 for a soak run)
   --warmup N             untimed runs per thread first (default 50)
   --threads T            serve from T threads, one model instance each (default 1)
   --intra-op-threads N   intra-op threads per serving thread (default: 1 below
                          1 MiB of input, else cores / T)
+  --pin-threads          pin serving thread t to the t-th CPU this process may use
   --bench-json FILE      also write the results as JSON
   --inspect              print what the package records (inputs, device, required
                          ops and classes, torch version, CPU ISA) and exit
@@ -78,6 +84,7 @@ struct Options {
   std::string package;
   std::vector<std::string> libraries;
   std::string inputs;
+  std::optional<aoti_runner::Shapes> input_shapes;  // --input-shape, for random inputs
   std::string outputs;
   std::string expected;
   int64_t max_ulp = 0;
@@ -126,6 +133,40 @@ int64_t parse_count(const std::string& flag, const std::string& value, int64_t l
   return static_cast<int64_t>(parsed);
 }
 
+// "4,3,16,16" -> {4, 3, 16, 16}; "" is a 0-d tensor. The same rules and words as
+// python/identity_conv/cli/parsing.py's parse_shape.
+std::vector<int64_t> parse_shape(const std::string& text) {
+  std::vector<int64_t> shape;
+  if (text.find_first_not_of(" \t") == std::string::npos) {
+    return shape;
+  }
+  const std::string quoted = "'" + text + "'";
+  size_t start = 0;
+  while (true) {
+    const auto comma = text.find(',', start);
+    const auto part = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    size_t used = 0;
+    int64_t size = 0;
+    try {
+      size = std::stoll(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || part.find_first_not_of(" \t", used) != std::string::npos) {
+      throw aoti_runner::RunnerError("--input-shape " + quoted +
+                                     ": expected comma-separated sizes, e.g. 1,3,224,224");
+    }
+    if (size < 0) {
+      throw aoti_runner::RunnerError("--input-shape " + quoted + ": sizes must be >= 0");
+    }
+    shape.push_back(size);
+    if (comma == std::string::npos) {
+      return shape;
+    }
+    start = comma + 1;
+  }
+}
+
 Options parse_args(int argc, char** argv) {
   Options options;
   std::vector<std::string> positional;
@@ -137,6 +178,11 @@ Options parse_args(int argc, char** argv) {
       std::exit(aoti_runner::kExitPass);
     } else if (arg == "--inputs") {
       options.inputs = take_value(argc, argv, i);
+    } else if (arg == "--input-shape") {
+      if (!options.input_shapes) {
+        options.input_shapes.emplace();
+      }
+      options.input_shapes->push_back(parse_shape(take_value(argc, argv, i)));
     } else if (arg == "--outputs") {
       options.outputs = take_value(argc, argv, i);
     } else if (arg == "--expected") {
@@ -179,6 +225,11 @@ Options parse_args(int argc, char** argv) {
   if (positional.empty()) {
     throw aoti_runner::RunnerError(std::string("missing the package path.\n\n") + kUsage);
   }
+  if (options.input_shapes && !options.inputs.empty()) {
+    throw aoti_runner::RunnerError(
+        "--input-shape sets the shape of the random inputs, which --inputs replaces; pass one or "
+        "the other.");
+  }
   options.package = positional.front();
   options.libraries.assign(positional.begin() + 1, positional.end());
   options.libraries.insert(options.libraries.end(), extra_libraries.begin(), extra_libraries.end());
@@ -208,7 +259,7 @@ int run(const Options& options) {
 
   std::vector<at::Tensor> inputs;
   if (options.inputs.empty()) {
-    inputs = make_random_inputs(spec, options.seed);
+    inputs = make_random_inputs(spec, options.seed, options.input_shapes);
     std::cout << "input: random (seed " << options.seed << ")\n";
   } else {
     inputs = to_package_device(load_tensors(options.inputs), spec);

@@ -321,3 +321,49 @@ def test_help_shows_square_brackets_rich_would_take_for_markup(app_module):
     assert "pip install -e '.[onnx]'" in result.output, result.output
     if app_module == "export_compile":
         assert "[default: artifacts/model.pt2, or artifacts/model.onnx]" in result.output, result.output
+
+
+def test_input_shape_draws_the_same_random_inputs_in_both_runtimes(dynamic_package, build, op_library, tmp_path):
+    """--input-shape on a dynamic package: both runtimes draw the same tensor, the one
+    torch's CPU generator gives for the seed (drawn here with plain torch), and print
+    the same input[i] line."""
+    from conftest import run_cmd
+
+    shape, seed = (5, 3, 33, 7), 3
+    args = ["--input-shape", ",".join(map(str, shape)), "--seed", str(seed)]
+    py = runner.invoke(run_inference_app, [str(dynamic_package), str(op_library), *args,
+                                           "--outputs", str(tmp_path / "py.pt")])
+    cpp = run_cmd(build.runner, dynamic_package, op_library, *args, "--outputs", tmp_path / "cpp.pt")
+    assert py.exit_code == 0 and cpp.returncode == 0, py.output + cpp.stdout + cpp.stderr
+    line = "input[0]: [5, 3, 33, 7] float32 on cpu"
+    assert line in py.output.splitlines() and line in cpp.stdout.splitlines()
+    input_lines = [[l for l in out.splitlines() if l.startswith("input")] for out in (py.output, cpp.stdout)]
+    assert input_lines[0] == input_lines[1] == [f"input: random (seed {seed})", line]
+    drawn = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+    for name in ("py.pt", "cpp.pt"):
+        (output,) = load_tensors(tmp_path / name)
+        assert torch.equal(output.view(torch.int32), drawn.view(torch.int32)), name
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--input-shape", "9,3,8,8"], "--input-shape: input[0]: dim 0 expected a size in [1, 8], got 9"),
+        (["--input-shape", "2,3,8,8", "--input-shape", "4"],
+         "--input-shape: wrong number of inputs: the package expects 1, got 2. Give one --input-shape per input"),
+        (["--input-shape", "2,3,x,8"], "--input-shape '2,3,x,8': expected comma-separated sizes"),
+        (["--input-shape", "2,3,8,8", "--inputs", "in.pt"], "--input-shape sets the shape of the random inputs, "
+                                                            "which --inputs replaces; pass one or the other."),
+    ],
+)
+def test_bad_input_shape_is_refused_alike_by_both_runtimes(dynamic_package, build, op_library, tmp_path, args, message):
+    from conftest import run_cmd
+
+    args = [str(tmp_path / a) if a == "in.pt" else a for a in args]
+    save_tensors(tmp_path / "in.pt", [torch.randn(2, 3, 8, 8)])
+    py = runner.invoke(run_inference_app, [str(dynamic_package), str(op_library), *args,
+                                           "--outputs", str(tmp_path / "py.pt")])
+    cpp = run_cmd(build.runner, dynamic_package, op_library, *args, "--outputs", tmp_path / "cpp.pt")
+    assert py.exit_code == 2 and message in py.output, py.output
+    assert cpp.returncode == 2 and message in cpp.stderr, cpp.stdout + cpp.stderr
+    assert not (tmp_path / "py.pt").exists() and not (tmp_path / "cpp.pt").exists()

@@ -16,7 +16,7 @@ from identity_conv.errors import IdentityConvError
 from identity_conv.package.dtypes import NAMES, dtype_name
 from identity_conv.package.spec import OpRef, PackageSpec, parse_document
 from identity_conv.runtime.preflight import HostFacts, check_required_symbols, check_runs_here
-from identity_conv.runtime.random_inputs import random_input_shapes
+from identity_conv.runtime.random_inputs import make_random_inputs, random_input_shapes
 from identity_conv.runtime.validation import InputDesc, check_inputs
 from identity_conv.verify.bits import compare_bits, list_verdict
 
@@ -66,6 +66,13 @@ def _tensor(description: dict) -> torch.Tensor:
     return raw.view(dtype).reshape(description["shape"])
 
 
+def _bits(tensor: torch.Tensor) -> list[str]:
+    """A tensor's bit patterns, as _tensor reads them."""
+    width = tensor.element_size()
+    values = tensor.contiguous().view(_INT_OF_WIDTH[width]).flatten().tolist()
+    return [f"0x{value & ((1 << (8 * width)) - 1):0{2 * width}x}" for value in values]
+
+
 def _python_verdict(suite: str, vector: dict) -> object:
     """The Python modules' verdict, in the same form as the C++ binary prints."""
     try:
@@ -101,7 +108,12 @@ def _python_verdict(suite: str, vector: dict) -> object:
             check_inputs(inputs, _spec(vector))
             return "ok"
         if suite == "random":
-            return {"shapes": [list(shape) for shape in random_input_shapes(_spec(vector))]}
+            spec = _spec(vector)
+            asked = [tuple(shape) for shape in vector["input_shapes"]] if "input_shapes" in vector else None
+            verdict: dict[str, object] = {"shapes": [list(shape) for shape in random_input_shapes(spec, asked)]}
+            if "seed" in vector:
+                verdict["bits"] = [_bits(t) for t in make_random_inputs(spec, vector["seed"], asked)]
+            return verdict
         if suite == "comparison":
             reports = [compare_bits(_tensor(a), _tensor(e)) for a, e in zip(vector["actual"], vector["expected"])]
             return {"verdict": list_verdict(reports, vector["max_ulp"]), "details": [str(r) for r in reports]}

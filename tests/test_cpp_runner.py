@@ -168,3 +168,17 @@ def test_help(build):
     assert result.returncode == 0
     assert "Usage: aoti_runner <model.pt2> [OP_LIBRARY.so ...]" in result.stdout
     assert "Exit codes" in result.stdout
+
+
+def test_help_lists_every_option_the_runner_accepts(build):
+    """Each option main.cpp parses is in --help (--pin-threads was missing once)."""
+    import re
+
+    from conftest import REPO_ROOT
+
+    parsed = set(re.findall(r'arg == "(--[a-z-]+)"', (REPO_ROOT / "cpp_runtime" / "main.cpp").read_text()))
+    assert {"--pin-threads", "--input-shape", "--intra-op-threads"} <= parsed
+    result = run_cmd(build.runner, "--help")
+    assert result.returncode == 0
+    listed = set(re.findall(r"^\s+(--[a-z-]+)", result.stdout, re.MULTILINE))
+    assert parsed - {"--help"} <= listed, sorted(parsed - listed)

@@ -2,37 +2,62 @@
 
 #include "dtypes.h"
 #include "errors.h"
+#include "validation.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
 namespace aoti_runner {
 
-std::vector<std::vector<int64_t>> random_input_shapes(const PackageSpec& spec) {
-  std::vector<std::vector<int64_t>> shapes;
-  for (size_t i = 0; i < spec.inputs.size(); ++i) {
-    const auto& input = spec.inputs[i];
+Shapes random_input_shapes(const PackageSpec& spec, const std::optional<Shapes>& shapes) {
+  for (const auto& input : spec.inputs) {
     if (!is_export_dtype(input.dtype)) {
       throw RunnerError("cannot generate a random input of dtype " + input.dtype +
                             " (random inputs are float16, bfloat16, float32, float64); pass "
                             "--inputs FILE.",
                         "random_dtype");
     }
+  }
+  if (shapes) {
+    // The inputs these shapes would make, checked as any input is (the count first).
+    std::vector<InputDesc> inputs;
+    for (size_t i = 0; i < shapes->size(); ++i) {
+      InputDesc desc;
+      desc.dtype = i < spec.inputs.size() ? spec.inputs[i].dtype : std::string();
+      desc.shape = (*shapes)[i];
+      desc.device = spec.device;
+      inputs.push_back(desc);
+    }
+    try {
+      check_inputs(inputs, spec);
+    } catch (const RunnerError& e) {
+      std::string message("--input-shape: ");
+      message.append(e.what());
+      if (e.kind() == "count") {
+        message.append(" Give one --input-shape per input, in order.");
+      }
+      throw RunnerError(message, e.kind());
+    }
+    return *shapes;
+  }
+  Shapes recorded;
+  for (size_t i = 0; i < spec.inputs.size(); ++i) {
     if (!spec.example_shapes.empty()) {
-      shapes.push_back(spec.example_shapes[i]);
+      recorded.push_back(spec.example_shapes[i]);
       continue;
     }
     std::vector<int64_t> sizes;
-    for (const auto& d : input.dims) {
+    for (const auto& d : spec.inputs[i].dims) {
       sizes.push_back(d.min);
     }
-    shapes.push_back(sizes);
+    recorded.push_back(sizes);
   }
-  return shapes;
+  return recorded;
 }
 
-std::vector<at::Tensor> make_random_inputs(const PackageSpec& spec, uint64_t seed) {
-  const auto shapes = random_input_shapes(spec);
+std::vector<at::Tensor> make_random_inputs(const PackageSpec& spec, uint64_t seed,
+                                           const std::optional<Shapes>& requested) {
+  const auto shapes = random_input_shapes(spec, requested);
   auto generator = at::detail::createCPUGenerator(seed);
   std::vector<at::Tensor> inputs;
   for (size_t i = 0; i < shapes.size(); ++i) {

@@ -1,7 +1,9 @@
-// Seeded random inputs when the user gives no tensor file: the recorded example
-// shapes (else each dim at its minimum), standard normal values drawn in float32 on
-// the CPU then cast, so both runtimes draw the same bits. Pairs with
-// python/identity_conv/runtime/random_inputs.py (tests/contract/random_vectors.json).
+// Seeded random inputs when the user gives no tensor file: the shapes asked for
+// (--input-shape, checked against the spec), else the recorded example shapes (else
+// each dim at its minimum); standard normal values drawn in float32 on the CPU, one
+// input after the other from one generator, then cast, so both runtimes draw the same
+// bits. Pairs with python/identity_conv/runtime/random_inputs.py
+// (tests/contract/random_vectors.json).
 #pragma once
 
 #include "package_spec.h"
@@ -9,14 +11,20 @@
 #include <ATen/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace aoti_runner {
 
-// The shape of each random input. Kind random_dtype: a dtype with no random values.
-std::vector<std::vector<int64_t>> random_input_shapes(const PackageSpec& spec);
+using Shapes = std::vector<std::vector<int64_t>>;
 
-// The random inputs, on the package's device.
-std::vector<at::Tensor> make_random_inputs(const PackageSpec& spec, uint64_t seed);
+// The shape of each random input: `shapes` when given, else the recorded ones. Kind
+// random_dtype: a dtype with no random values; for shapes the package does not accept,
+// the kind input validation gives (count, rank, dim, shared_dim), led by --input-shape.
+Shapes random_input_shapes(const PackageSpec& spec, const std::optional<Shapes>& shapes = std::nullopt);
+
+// The random inputs (of `shapes`, else the recorded shapes), on the package's device.
+std::vector<at::Tensor> make_random_inputs(const PackageSpec& spec, uint64_t seed,
+                                           const std::optional<Shapes>& shapes = std::nullopt);
 
 }  // namespace aoti_runner

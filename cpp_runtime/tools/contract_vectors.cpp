@@ -14,6 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
+#include <optional>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -55,6 +57,22 @@ at::Tensor tensor_of(const json& description) {
   const auto int_dtype = width == 1 ? at::kByte : width == 2 ? at::kShort : width == 4 ? at::kInt : at::kLong;
   const auto raw = at::tensor(values, at::TensorOptions().dtype(at::kLong)).to(int_dtype);
   return raw.view(dtype).reshape(shape);
+}
+
+// A tensor's bit patterns, as tensor_of reads them: "0x" and two hex digits per byte.
+json bits_of(const at::Tensor& tensor) {
+  const auto width = tensor.element_size();
+  const auto int_dtype = width == 1 ? at::kByte : width == 2 ? at::kShort : width == 4 ? at::kInt : at::kLong;
+  const auto raw = tensor.contiguous().view(int_dtype).to(at::kLong).reshape({-1});
+  const uint64_t mask = width == 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * width)) - 1;
+  json bits = json::array();
+  for (int64_t i = 0; i < raw.numel(); ++i) {
+    char text[24];
+    std::snprintf(text, sizeof(text), "0x%0*llx", static_cast<int>(2 * width),
+                  static_cast<unsigned long long>(static_cast<uint64_t>(raw[i].item<int64_t>()) & mask));
+    bits.push_back(text);
+  }
+  return bits;
 }
 
 json run_vector(const std::string& suite, const json& vector) {
@@ -106,7 +124,20 @@ json run_vector(const std::string& suite, const json& vector) {
       return "ok";
     }
     if (suite == "random") {
-      return {{"shapes", aoti_runner::random_input_shapes(spec_of(vector))}};
+      const auto spec = spec_of(vector);
+      std::optional<aoti_runner::Shapes> asked;
+      if (vector.contains("input_shapes")) {
+        asked = vector.at("input_shapes").get<aoti_runner::Shapes>();
+      }
+      json verdict = {{"shapes", aoti_runner::random_input_shapes(spec, asked)}};
+      if (vector.contains("seed")) {
+        json bits = json::array();
+        for (const auto& tensor : aoti_runner::make_random_inputs(spec, vector.at("seed"), asked)) {
+          bits.push_back(bits_of(tensor));
+        }
+        verdict["bits"] = bits;
+      }
+      return verdict;
     }
     if (suite == "comparison") {
       std::vector<aoti_runner::BitReport> reports;

@@ -9,14 +9,16 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ..errors import EXIT_MISMATCH
+from ..errors import EXIT_MISMATCH, InputError
 from ..compiler.onnx_export import is_onnx_path
 from ..runtime.aoti import load_package, load_package_libraries, to_package_device
 from ..runtime.preflight import check_runs_here, this_host
 from ..runtime.random_inputs import make_random_inputs
 from ..runtime.tensor_files import load_tensors, save_tensors
+from ..runtime.validation import validate_inputs
 from ..verify.bits import compare_tensor_lists
 from .common import FakeModuleOption, MaxUlpOption, console, exit_with, print_bit_reports, read_spec
+from .parsing import parse_shape
 
 app = typer.Typer(add_completion=False, rich_markup_mode="rich")
 
@@ -61,8 +63,20 @@ def run_inference(
     ] = None,
     outputs: Annotated[Optional[Path], typer.Option(help="Write the outputs to this file, the same way.")] = None,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the random input used without --inputs.")] = 0,
+    input_shape: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            help="Shape of the random input, e.g. 4,3,16,16 (repeat once per input, in order), for a dynamic "
+            "package: any shape in its ranges. Default: the shapes it was verified at. Not with --inputs.",
+        ),
+    ] = None,
 ) -> None:
     try:
+        if inputs is not None and input_shape:
+            raise InputError(
+                "--input-shape sets the shape of the random inputs, which --inputs replaces; pass one or the other."
+            )
+        shapes = [parse_shape(text) for text in input_shape] if input_shape else None
         onnx = is_onnx_path(model_path)
         spec = read_spec(model_path)
         if not onnx:
@@ -81,11 +95,14 @@ def run_inference(
         if onnx:
             console.print(f"runtime: onnxruntime (CPU), {spec.onnx_mode} ONNX file")
         if inputs is None:
-            tensors = make_random_inputs(spec, seed)
+            tensors = make_random_inputs(spec, seed, shapes)
             console.print(f"input: random (seed {seed})")
         else:
             tensors = to_package_device(load_tensors(inputs), spec)
             console.print(f"input: {inputs}")
+        tensors = validate_inputs(tensors, spec)
+        for i, tensor in enumerate(tensors):  # the same lines as aoti_runner's
+            console.print(f"input[{i}]: {list(tensor.shape)} {spec.inputs[i].dtype} on {spec.device}")
         results = package.run(tensors)
         console.print(f"ran {model_path}: {len(results)} output(s)")
         if outputs is not None:

@@ -1,39 +1,60 @@
-"""Seeded random inputs for a package, when the user gives no tensor file: the
-recorded example shapes (else each dynamic dim at its minimum), standard normal
-values drawn in float32 on the CPU then cast, so every runtime draws the same bits.
-Pairs with cpp_runtime/core/random_inputs.cpp (tests/contract/random_vectors.json)."""
+"""Seeded random inputs for a package, when the user gives no tensor file: the shapes
+asked for (--input-shape, checked against the spec), else the recorded example shapes
+(else each dynamic dim at its minimum); standard normal values drawn in float32 on the
+CPU, one input after the other from one generator, then cast, so every runtime draws
+the same bits. Pairs with cpp_runtime/core/random_inputs.cpp
+(tests/contract/random_vectors.json)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from ..errors import InputError
 from ..package.dtypes import DTYPES
 from ..package.spec import PackageSpec
+from .validation import InputDesc, check_inputs
 
 
-def random_input_shapes(spec: PackageSpec) -> list[tuple[int, ...]]:
+def random_input_shapes(spec: PackageSpec, shapes: Sequence[tuple[int, ...]] | None = None) -> list[tuple[int, ...]]:
     """The shape of each random input.
 
+    Args:
+        spec: the package's spec.
+        shapes: the shapes asked for, one per input; None for the recorded ones.
+
     Raises:
-        InputError (kind random_dtype): an input's dtype has no random values here.
+        InputError: kind random_dtype when an input's dtype has no random values here;
+            for ``shapes`` the package does not accept, the kind input validation
+            gives (count, rank, dim, shared_dim), the message led by --input-shape.
     """
-    shapes = []
-    for i, tensor_spec in enumerate(spec.inputs):
+    for tensor_spec in spec.inputs:
         if tensor_spec.dtype not in DTYPES:
             raise InputError(
                 f"cannot generate a random input of dtype {tensor_spec.dtype} (random inputs are "
                 f"{', '.join(DTYPES)}); pass --inputs FILE.",
                 kind="random_dtype",
             )
-        shapes.append(spec.example_shapes[i] if spec.example_shapes else tuple(d.min for d in tensor_spec.dims))
-    return shapes
+    if shapes is not None:
+        # The inputs these shapes would make, checked as any input is (the count first).
+        dtypes = [t.dtype for t in spec.inputs] + [""] * len(shapes)
+        try:
+            check_inputs([InputDesc(dtypes[i], tuple(shape), spec.device) for i, shape in enumerate(shapes)], spec)
+        except InputError as error:
+            hint = " Give one --input-shape per input, in order." if error.kind == "count" else ""
+            raise InputError(f"--input-shape: {error}{hint}", kind=error.kind) from None
+        return [tuple(shape) for shape in shapes]
+    return [
+        spec.example_shapes[i] if spec.example_shapes else tuple(d.min for d in tensor_spec.dims)
+        for i, tensor_spec in enumerate(spec.inputs)
+    ]
 
 
-def make_random_inputs(spec: PackageSpec, seed: int) -> list:
-    """The random inputs, on the package's device."""
+def make_random_inputs(spec: PackageSpec, seed: int, shapes: Sequence[tuple[int, ...]] | None = None) -> list:
+    """The random inputs (of ``shapes``, else the recorded shapes), on the package's device."""
     import torch
 
     generator = torch.Generator().manual_seed(seed)
     return [
         torch.randn(shape, generator=generator).to(DTYPES[tensor_spec.dtype]).to(spec.device)
-        for shape, tensor_spec in zip(random_input_shapes(spec), spec.inputs)
+        for shape, tensor_spec in zip(random_input_shapes(spec, shapes), spec.inputs)
     ]
