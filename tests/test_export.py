@@ -40,3 +40,25 @@ def test_package_records_its_spec(compiled_package):
     assert spec.torch_version == torch.__version__
     # AOTI's own entries survive next to ours.
     assert spec.aoti.get("AOTI_DEVICE_KEY") == "cpu"
+
+
+def test_export_compile_says_the_model_is_exported_in_eval_mode(compiled_package):
+    assert "model mode" in compiled_package.cli_output and "eval (model.eval() before export" in compiled_package.cli_output
+
+
+def test_a_model_in_training_mode_is_exported_in_eval_mode(tmp_path):
+    """Batch norm with running statistics (mean 1, variance 4): the package normalizes
+    with them, as eval does, not with the batch's own statistics, as training would."""
+    from identity_conv.compiler.pipeline import BuildConfig, export_and_compile
+    from identity_conv.runtime.aoti import load_package
+
+    norm = torch.nn.BatchNorm2d(3, affine=False)
+    norm.running_mean.fill_(1.0)
+    norm.running_var.fill_(4.0)
+    model = torch.nn.Sequential(norm, torch.nn.Dropout(0.5)).train()
+    config = BuildConfig(batch=2, channels=3, height=4, width=5, output=tmp_path / "m.pt2", op_libs=[], max_ulp=4)
+    result = export_and_compile(config, model=model)
+    assert result.passed and result.written, result.checks
+    x = torch.randn(2, 3, 4, 5, generator=torch.Generator().manual_seed(1))
+    (y,) = load_package(result.package_path, result.spec).run([x])
+    torch.testing.assert_close(y, (x - 1.0) / (4.0 + norm.eps) ** 0.5)

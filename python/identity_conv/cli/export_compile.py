@@ -49,6 +49,9 @@ class OnnxMode(str, Enum):
     custom_domain = "custom-domain"
 
 
+# export_compile exports for inference; the summary says so, as no option changes it.
+EVAL_MODE_NOTE = "eval (model.eval() before export: dropout off, batch norm on its running statistics)"
+
 DEFAULT_OUTPUTS = {Format.pt2: Path("artifacts/model.pt2"), Format.onnx: Path("artifacts/model.onnx")}
 
 
@@ -77,7 +80,9 @@ IDENTITY_PANEL = "Built-in IdentityModel (the default)"
 @app.command(
     help=(
         "Export a model with torch.export, compile it with AOTInductor into a .pt2 package, "
-        "and check the package's outputs bit-for-bit against eager.\n\n"
+        "and check the package's outputs bit-for-bit against eager. The model is exported in eval "
+        "mode (model.eval(): dropout off, batch norm on its running statistics); packages are for "
+        "inference.\n\n"
         "Without --model it builds the four-layer IdentityModel (conv, torchbind class, custom "
         "op, conv). With --model package.module:factory it deploys your own module: load your op "
         "libraries with --op-lib (repeatable), give example input shapes with --input-shape "
@@ -303,6 +308,7 @@ def export_compile(
     for name, seconds in result.timings.items():
         table.add_row(f"stage: {name}", f"{seconds:.2f} s")
     table.add_row("model", result.model_name)
+    table.add_row("model mode", EVAL_MODE_NOTE)
     if target is Format.onnx:
         table.add_row("onnx mode", onnx_mode.value)
         table.add_row("onnx nodes", ", ".join(f"{domain}.{op}" for domain, op in result.onnx_nodes))
