@@ -507,12 +507,20 @@ def test_shared_dynamic_dim_and_nested_outputs_in_both_runtimes(pair, build, tmp
          "returns its own example inputs"),
         (["--model", "examples.user_models:pair_model", "--input-shape", "3,5", "--input-shape", "4,5",
           "--dynamic-dim", "0.0,1.0=1:32"], "these positions share one size, but the example inputs differ"),
+        # torch's "Constraints violated ... draft_export()" told in this tool's terms
+        (["--model", "examples.user_models:pair_model", "--input-shape", "4,8", "--input-shape", "4,8",
+          "--dynamic-dim", "0.0=1:8"], "the model ties input 0 dim 0 to input 1 dim 0 (they must have one size), but "
+         "--dynamic-dim 0.0=1:8 gives input 0 dim 0 a size of its own. Pass them together in one option: "
+         "--dynamic-dim 0.0,1.0=1:8"),
+        (["--model", "examples.user_models:scale_shift_model", "--input-shape", "4,16", "--input-shape", "16",
+          "--dynamic-dim", "0.1=1:32"], "the model's code fixes input 0 dim 1 to 16, so it cannot be dynamic"),
     ],
 )
 def test_export_compile_model_usage_errors(args, message, op_library, tmp_path):
     code, output = _export(args + ["--output", str(tmp_path / "m.pt2")])
     assert code == 2, output
     assert message in output, output
+    assert "draft_export" not in output
     assert not (tmp_path / "m.pt2").exists()
 
 

@@ -73,6 +73,10 @@ def export_model(
     try:
         return torch.export.export(model, example_inputs, dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as error:  # torch raises many unrelated types here
+        if dynamic_dims and "Constraints violated" in str(error):
+            fix = _dynamic_dim_fix(model, example_inputs, dynamic_dims)
+            if fix:
+                raise ExportError(f"torch.export refused the dynamic dims: {fix}") from error
         hint = ""
         if type(error).__name__ == "UnsupportedOperatorException":
             hint = (
@@ -80,6 +84,64 @@ def export_model(
                 "torch.library.register_fake in a module and import it with --fake-module."
             )
         raise ExportError(f"torch.export failed: {type(error).__name__}: {error}{hint}") from error
+
+
+def _dynamic_dim_fix(
+    model: nn.Module, example_inputs: tuple[torch.Tensor, ...], dynamic_dims: Sequence[DynamicDim]
+) -> str:
+    """What to pass instead of ``dynamic_dims`` that torch.export refused, in this
+    tool's terms (torch's own suggestions name its Dim objects and draft_export).
+    Found by exporting again with every dim left to torch (Dim.AUTO): dims the model
+    ties to one size share a symbol there, and dims its code fixes are plain ints.
+    "" when that export fails too or shows nothing to fix."""
+    try:
+        auto = tuple({d: torch.export.Dim.AUTO for d in range(x.dim())} for x in example_inputs)
+        program = torch.export.export(model, example_inputs, dynamic_shapes=auto, strict=False)
+    except Exception:  # the hint is a courtesy; torch's own error is reported then
+        return ""
+    sizes = _user_input_sizes(program)
+    for dynamic in dynamic_dims:
+        for i, d in dynamic.positions:
+            size = sizes[i][d]
+            if isinstance(size, int):
+                return (
+                    f"the model's code fixes input {i} dim {d} to {size}, so it cannot be dynamic; drop it from "
+                    f"--dynamic-dim {dynamic}."
+                )
+            tied = [(j, e) for j, shape in enumerate(sizes) for e, other in enumerate(shape) if other == size]
+            if not set(tied) <= set(dynamic.positions):
+                others = ", ".join(f"input {j} dim {e}" for j, e in tied if (j, e) != (i, d))
+                together = ",".join(f"{j}.{e}" for j, e in sorted(set(tied) | set(dynamic.positions)))
+                return (
+                    f"the model ties input {i} dim {d} to {others} (they must have one size), but --dynamic-dim "
+                    f"{dynamic} gives {_positions_text(dynamic)} a size of its own. Pass them together in one "
+                    f"option: --dynamic-dim {together}={dynamic.min}:{dynamic.max}"
+                )
+    return ""
+
+
+def _positions_text(dynamic: DynamicDim) -> str:
+    return " and ".join(f"input {i} dim {d}" for i, d in dynamic.positions)
+
+
+def _user_input_sizes(program: torch.export.ExportedProgram) -> list[list[int | str]]:
+    """Each user input's sizes: an int where the size is fixed, else its symbol's name
+    (equal names: one size)."""
+    user_inputs = [
+        spec.arg.name
+        for spec in program.graph_signature.input_specs
+        if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT
+    ]
+    placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
+    shapes: list[list[int | str]] = []
+    for name in user_inputs:
+        shape: list[int | str] = []
+        for size in placeholders[name].meta["val"].shape:
+            if isinstance(size, torch.SymInt) and size.node.expr.is_number:
+                size = int(size.node.expr)
+            shape.append(size if isinstance(size, int) else str(size.node.expr))
+        shapes.append(shape)
+    return shapes
 
 
 def input_specs(program: torch.export.ExportedProgram) -> list[TensorSpec]:
