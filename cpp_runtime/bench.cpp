@@ -26,6 +26,7 @@
 #include <sstream>
 #include <system_error>
 #include <thread>
+#include <utility>
 
 #include "errors.h"
 
@@ -124,17 +125,6 @@ void pin_to_cpu(int t) {
   pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
 }
 
-// Below 1 MiB of input, one intra-op thread: the fork and join of a parallel region
-// across cores costs more than the split saves (and on a 2-vCPU VM it made latency
-// bimodal); above it, the cores are shared among the serving threads.
-int default_intra_op_threads(const std::vector<at::Tensor>& inputs, int cores, int threads) {
-  int64_t bytes = 0;
-  for (const auto& tensor : inputs) {
-    bytes += static_cast<int64_t>(tensor.nbytes());
-  }
-  return bytes < (int64_t{1} << 20) ? 1 : std::max(1, cores / threads);
-}
-
 // The whole process's minor faults so far, every thread's (the OpenMP workers too),
 // terminated threads included. RUSAGE_THREAD would miss the intra-op workers, which
 // touch most of the pages when a run is parallel.
@@ -167,6 +157,60 @@ void wait_for_device(const std::optional<c10::DeviceIndex>& cuda) {
   if (cuda) {
     torch::cuda::synchronize(*cuda);
   }
+}
+
+// Runs before timing that choose the intra-op thread count, per candidate and round.
+constexpr int kChoiceRounds = 3;
+
+// The default intra-op thread count, chosen by the package's work, not its input size:
+// a memory-bound package (the IdentityModel at 0.6 MB) ran slower and bimodal with two
+// threads on a 2-vCPU VM, while a compute-bound one (a float16 CNN at batch 32) ran 1.5x
+// faster. So the package is timed, on this thread, at 1 and at cores / threads intra-op
+// threads, in alternating blocks (the first run of each block, after a change of team
+// size, is not counted), and the faster median is kept. Sets result.intra_op_threads,
+// intra_op_choice (why) and intra_op_trial.
+void choose_intra_op_threads(torch::inductor::AOTIModelPackageLoader& loader,
+                             const std::vector<at::Tensor>& inputs, const BenchOptions& options,
+                             int cores, const std::optional<c10::DeviceIndex>& cuda,
+                             BenchResult& result) {
+  std::ostringstream why;
+  if (options.intra_op_threads > 0) {
+    result.intra_op_threads = options.intra_op_threads;
+    result.intra_op_choice = "set with --intra-op-threads";
+    return;
+  }
+  const int many = std::max(1, cores / options.threads);
+  if (many == 1) {
+    why << "cores / serving threads = " << cores << " / " << options.threads
+        << ", so 1: nothing to choose from";
+    result.intra_op_threads = 1;
+    result.intra_op_choice = why.str();
+    return;
+  }
+  const int64_t per_block = std::max<int64_t>(3, options.warmup / (2 * kChoiceRounds));
+  std::vector<double> one, all;
+  for (int round = 0; round < kChoiceRounds; ++round) {
+    for (const int threads : {1, many}) {
+      at::set_num_threads(threads);
+      for (int64_t i = 0; i < per_block; ++i) {
+        const auto begin = std::chrono::steady_clock::now();
+        loader.run(inputs);
+        wait_for_device(cuda);
+        const auto end = std::chrono::steady_clock::now();
+        if (i > 0) {
+          (threads == 1 ? one : all).push_back(std::chrono::duration<double, std::micro>(end - begin).count());
+        }
+      }
+    }
+  }
+  const double p50_one = percentile(one, 50);
+  const double p50_many = percentile(all, 50);
+  why << std::fixed << std::setprecision(1) << "the faster, timed before the warm-up: 1 thread p50 "
+      << p50_one << " us, " << many << " threads (cores / serving threads) p50 " << p50_many << " us, "
+      << one.size() << " runs each";
+  result.intra_op_threads = p50_many < p50_one ? many : 1;
+  result.intra_op_choice = why.str();
+  result.intra_op_trial = {{1, p50_one}, {many, p50_many}};
 }
 
 // JSON has no NaN or infinity: such a value (e.g. a percentile of nothing) is null.
@@ -273,9 +317,6 @@ BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>
   BenchResult result;
   result.options = options;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  result.intra_op_threads = options.intra_op_threads > 0
-                                ? options.intra_op_threads
-                                : default_intra_op_threads(inputs, cores, options.threads);
   result.rss_start_kib = resident_set_kib();
 
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
@@ -283,13 +324,14 @@ BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>
   try {
     loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
         path, "model", /*run_single_threaded=*/false, static_cast<size_t>(options.threads));
-    at::set_num_threads(result.intra_op_threads);
     reference = loader->run(inputs);
   } catch (const c10::Error& e) {
     throw RunnerError("running the AOTI package " + path + " failed: " + e.what_without_backtrace());
   }
 
   const auto cuda = cuda_device_of(inputs, reference);
+  choose_intra_op_threads(*loader, inputs, options, cores, cuda, result);
+  at::set_num_threads(result.intra_op_threads);
   // The floor first, alone, on the serving threads' intra-op setting.
   result.floor_latencies_us = time_floor(plan_floor(options.floor, inputs, reference, result), options, cuda);
   result.threads.resize(static_cast<size_t>(options.threads));
@@ -412,7 +454,13 @@ std::string bench_json(const BenchResult& result, const std::string& malloc_poli
   std::ostringstream out;
   out << "{\"iterations\": " << result.options.iterations << ", \"warmup\": " << result.options.warmup
       << ", \"threads\": " << result.options.threads
-      << ", \"intra_op_threads\": " << result.intra_op_threads
+      << ", \"intra_op_threads\": " << result.intra_op_threads << ", \"intra_op_choice\": \""
+      << result.intra_op_choice << "\", \"intra_op_trial_p50_us\": {";
+  for (size_t k = 0; k < result.intra_op_trial.size(); ++k) {
+    out << (k ? ", " : "") << "\"" << result.intra_op_trial[k].first
+        << "\": " << json_number(result.intra_op_trial[k].second);
+  }
+  out << "}"
       << ", \"pinned\": " << (result.options.pin_threads ? "true" : "false") << ", \"malloc\": \""
       << malloc_policy << "\", \"p50_us\": " << json_number(percentile(all, 50))
       << ", \"p90_us\": " << json_number(percentile(all, 90))
@@ -447,6 +495,7 @@ std::string describe_bench(const BenchResult& result, const std::string& allocat
   out << "bench: " << result.options.threads << " serving thread(s) x " << result.options.iterations
       << " timed runs (after " << result.options.warmup << " warm-up), " << result.intra_op_threads
       << " intra-op thread(s) each\n";
+  out << "bench: intra-op threads " << result.intra_op_threads << ": " << result.intra_op_choice << "\n";
   out << "bench: allocator: " << allocator << "\n";
   out << "bench: latency p50 " << p50 << " us, p90 " << percentile(all, 90) << " us, p99 "
       << percentile(all, 99) << " us\n";

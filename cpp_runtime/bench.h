@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace aoti_runner {
@@ -36,7 +37,9 @@ struct BenchOptions {
   int64_t iterations = 1000;  // timed runs per thread
   int64_t warmup = 50;        // untimed runs per thread first
   int threads = 1;            // serving threads, one model instance each
-  int intra_op_threads = 0;   // per serving thread; 0: cores / threads (at least 1)
+  // Per serving thread. 0: chosen by timing the package before the warm-up, at 1 and
+  // at cores / threads (when that is more than 1); the faster is kept.
+  int intra_op_threads = 0;
   bool pin_threads = false;   // pin serving thread t to the t-th allowed CPU
   // The caller knows what the package is (its spec's is_identity): the 4-copy floor
   // means something only for the IdentityModel.
@@ -56,6 +59,9 @@ struct BenchResult {
   size_t floor_outputs = 0;
   std::vector<double> floor_latencies_us;
   int intra_op_threads = 0;
+  std::string intra_op_choice;  // why intra_op_threads, for the report
+  // When the count was timed: (intra-op threads, p50 in us) of each candidate.
+  std::vector<std::pair<int, double>> intra_op_trial;
   double wall_seconds = 0;           // first timed run start to last timed run end
   std::vector<ThreadStats> threads;
   int64_t mismatched_outputs = 0;    // runs whose outputs' bits differ from the first run's

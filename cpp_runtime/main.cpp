@@ -63,8 +63,9 @@ Benchmark (timing inside this process; outputs of every run are checked):
   --iterations N         the same as --bench N (e.g. 10000 for a soak run)
   --warmup N             untimed runs per thread first (default 50)
   --threads T            serve from T threads, one model instance each (default 1)
-  --intra-op-threads N   intra-op threads per serving thread (default: 1 below
-                         1 MiB of input, else cores / T)
+  --intra-op-threads N   intra-op threads per serving thread (default: the faster
+                         of 1 and cores / T, timed before the warm-up; the report
+                         says which and why)
   --pin-threads          pin serving thread t to the t-th CPU this process may use
   --bench-json FILE      also write the results as JSON
   --inspect              print what the package records (inputs, device, required

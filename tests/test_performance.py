@@ -443,3 +443,34 @@ def test_cache_key_of_an_installed_library_reads_its_record_not_every_file():
     digests = _source_digests(FromInstalledLibrary(), [])
     assert "installed numpy" in digests
     assert not any("site-packages" in key for key in digests), "no file of numpy is hashed one by one"
+
+
+def test_runner_bench_chooses_intra_op_threads_by_timing_the_package(compiled_package, build, op_library):
+    """Not by the input's size: with more than one core per serving thread, the package
+    is timed at 1 and at cores / threads intra-op threads and the faster is kept; the
+    report says which and why. --intra-op-threads overrides it."""
+    import os
+    import re
+
+    def bench(*args: str) -> tuple[str, dict]:
+        result = run_cmd(build.runner, compiled_package.path, op_library, "--bench", "5", "--warmup", "12", *args)
+        assert result.returncode == 0, result.stdout + result.stderr
+        (line,) = [line for line in result.stdout.splitlines() if line.startswith("bench: intra-op threads ")]
+        return line, json.loads(result.stdout.split("bench json: ", 1)[1].splitlines()[0])
+
+    cores = os.cpu_count() or 1
+    line, data = bench()
+    if cores >= 2:
+        trial = {int(k): v for k, v in data["intra_op_trial_p50_us"].items()}
+        assert set(trial) == {1, cores}, data
+        assert re.search(rf"1 thread p50 [\d.]+ us, {cores} threads \(cores / serving threads\) p50 [\d.]+ us", line), line
+        if trial[1] != trial[cores]:
+            assert data["intra_op_threads"] == (cores if trial[cores] < trial[1] else 1), data
+        assert line.startswith(f"bench: intra-op threads {data['intra_op_threads']}: the faster, timed before"), line
+    else:
+        assert data["intra_op_threads"] == 1 and "nothing to choose from" in line, line
+    line, data = bench("--threads", str(cores))
+    assert data["intra_op_threads"] == 1 and data["intra_op_trial_p50_us"] == {}, data
+    assert line == f"bench: intra-op threads 1: cores / serving threads = {cores} / {cores}, so 1: nothing to choose from"
+    line, data = bench("--intra-op-threads", "3")
+    assert data["intra_op_threads"] == 3 and line == "bench: intra-op threads 3: set with --intra-op-threads"

@@ -74,6 +74,8 @@ class SizeResult:
     python_threads: int
     # Minor page faults of the whole C++ runner process (every thread) over its timed region.
     cpp_page_faults: int
+    # Why the runner ran that many intra-op threads (it times the choice, see bench.cpp).
+    cpp_intra_op_choice: str = ""
 
     def ratio_to_floor(self, path: str) -> float:
         return self.latencies[path].p50 / self.latencies[FLOOR].p50
@@ -326,7 +328,7 @@ def run_benchmark(
         order = (*PATHS[:-1], ONNX_PATH, FLOOR)
         report.sizes.append(SizeResult(name, shape, x.numel() * 4 / 1e6, {p: latencies[p] for p in order if p in latencies},
                                        str(cpp["malloc"]), int(cpp["intra_op_threads"]), torch.get_num_threads(),
-                                       int(cpp["minor_page_faults"])))
+                                       int(cpp["minor_page_faults"]), str(cpp.get("intra_op_choice", ""))))
         torch._dynamo.reset()  # each size compiles afresh, not into dynamo's recompile limit
     if serving and report.sizes:
         smallest = report.sizes[0]

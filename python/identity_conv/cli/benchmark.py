@@ -103,7 +103,8 @@ def benchmark(
                       f"Packages: {'optimized' if report.optimize else '--no-optimize'}. Compiled paths: the median "
                       f"of {report.repeats} runs.")
     for size in report.sizes:
-        console.print(f"C++ runner, {size.name}: {size.cpp_intra_op_threads} intra-op thread(s), "
+        choice = f" ({size.cpp_intra_op_choice})" if size.cpp_intra_op_choice else ""
+        console.print(f"C++ runner, {size.name}: {size.cpp_intra_op_threads} intra-op thread(s){choice}, "
                       f"{size.cpp_page_faults} minor page faults in the timed region of "
                       f"{size.latencies['AOTI-C++'].runs} runs (whole process)")
     if report.serving:
