@@ -4,6 +4,8 @@
 #include <c10/util/Exception.h>
 
 #include <cctype>
+#include <cmath>
+#include <optional>
 #include <cstdlib>
 #include <fstream>
 #include <iomanip>
@@ -16,13 +18,13 @@
 
 #include "aoti_package.h"
 #include "bench.h"
-#include "comparison.h"
 #include "errors.h"
 #include "op_libraries.h"
 #include "package_file.h"
 #include "preflight.h"
 #include "random_inputs.h"
 #include "tensor_files.h"
+#include "tolerance.h"
 #include "validation.h"
 
 namespace {
@@ -30,8 +32,14 @@ namespace {
 constexpr const char* kUsage = R"(Usage: aoti_runner <model.pt2> [OP_LIBRARY.so ...] [options]
 
 Runs an AOTInductor package written by export_compile, with no Python in the
-process, and checks the outputs bit-for-bit: against --expected FILE, or, without
-it, against the inputs for packages that declare an identity model.
+process, and checks its outputs. Two checks, each named in the output:
+  runtime parity     against --expected FILE, the package's own outputs (e.g. the
+                     expected.pt of export_compile --save-reference): bitwise, since
+                     every runtime of one package must give the same bits
+  compiled vs eager  against --eager-reference FILE, eager's outputs (eager.pt):
+                     under the tolerance recorded in the package at export
+Without either, packages that declare an identity model are checked bitwise
+against their inputs.
 
 Every OP_LIBRARY (the positional ones, then each --op-lib, in order) is dlopen'ed
 (RTLD_NOW | RTLD_GLOBAL) before the package loads, so the custom ops and torchbind
@@ -44,10 +52,16 @@ Options:
   --inputs FILE          read the inputs from FILE: a list of tensors written by
                          torch.save([t, ...], FILE) or by --outputs
   --outputs FILE         write the outputs to FILE in the same format
-  --expected FILE        compare the outputs bit-for-bit with FILE, e.g. the
-                         expected.pt of export_compile --save-reference
-  --max-ulp N            pass if every output element is within N ULP of its
-                         reference (expected or input); default 0: the same bits
+  --expected FILE        runtime parity: compare the outputs bit-for-bit with FILE
+  --eager-reference FILE compiled vs eager: compare the outputs with FILE under the
+                         package's recorded tolerance (torch.testing's rtol/atol
+                         for each dtype in packages that record none)
+  --rtol R --atol A      override the tolerance: |out - ref| <= A + R * |ref|
+                         (torch.testing.assert_close's rule; NaN must face NaN)
+  --max-ulp N            override it: every element within N ULP (0: bitwise)
+  --bitwise              override it: the same bits
+                         (the overrides apply to --eager-reference when it is
+                         given, else to --expected or the identity check)
   --seed N               seed of the random input used without --inputs (default 0)
   --input-shape SHAPE    shape of the random input, e.g. 4,3,16,16 (repeat once per
                          input, in order), for a dynamic package: any shape in its
@@ -73,12 +87,13 @@ Benchmark (timing inside this process; outputs of every run are checked):
   --list-loaded-objects  print every shared object mapped into this process
   -h, --help             show this help
 
-Exit codes: 0 PASSED, 1 output bits differ, 2 usage, load or input error.
+Exit codes: 0 PASSED, 1 outputs differ (beyond the tolerance), 2 usage, load or
+input error.
 
 Examples:
   aoti_runner artifacts/model.pt2 build/libidentity_conv_ops.so
   aoti_runner my_model.pt2 build/libidentity_conv_ops.so --op-lib build/libextra_ops.so \
-      --inputs ref/inputs.pt --expected ref/expected.pt
+      --inputs ref/inputs.pt --expected ref/expected.pt --eager-reference ref/eager.pt
 )";
 
 struct Options {
@@ -88,7 +103,11 @@ struct Options {
   std::optional<aoti_runner::Shapes> input_shapes;  // --input-shape, for random inputs
   std::string outputs;
   std::string expected;
-  int64_t max_ulp = 0;
+  std::string eager_reference;
+  bool bitwise = false;
+  std::optional<int64_t> max_ulp;
+  std::optional<double> rtol;
+  std::optional<double> atol;
   uint64_t seed = 0;
   std::string malloc_policy = "retain";
   int64_t bench_iterations = 0;  // 0: no benchmark
@@ -121,6 +140,19 @@ uint64_t parse_unsigned(const std::string& flag, const std::string& value) {
   } catch (const std::exception&) {
     throw aoti_runner::RunnerError(flag + " expects a non-negative integer, got '" + value + "'.");
   }
+}
+
+// A finite number >= 0 (a tolerance).
+double parse_tolerance_value(const std::string& flag, const std::string& value) {
+  try {
+    size_t used = 0;
+    const double parsed = std::stod(value, &used);
+    if (used == value.size() && std::isfinite(parsed) && parsed >= 0) {
+      return parsed;
+    }
+  } catch (const std::exception&) {
+  }
+  throw aoti_runner::RunnerError(flag + " must be a finite number >= 0, got " + value);
 }
 
 // A count in [low, high].
@@ -188,6 +220,14 @@ Options parse_args(int argc, char** argv) {
       options.outputs = take_value(argc, argv, i);
     } else if (arg == "--expected") {
       options.expected = take_value(argc, argv, i);
+    } else if (arg == "--eager-reference") {
+      options.eager_reference = take_value(argc, argv, i);
+    } else if (arg == "--bitwise") {
+      options.bitwise = true;
+    } else if (arg == "--rtol") {
+      options.rtol = parse_tolerance_value(arg, take_value(argc, argv, i));
+    } else if (arg == "--atol") {
+      options.atol = parse_tolerance_value(arg, take_value(argc, argv, i));
     } else if (arg == "--op-lib") {
       extra_libraries.push_back(take_value(argc, argv, i));
     } else if (arg == "--max-ulp") {
@@ -231,10 +271,73 @@ Options parse_args(int argc, char** argv) {
         "--input-shape sets the shape of the random inputs, which --inputs replaces; pass one or "
         "the other.");
   }
+  // Conflicting tolerance options are a usage error before anything loads.
+  aoti_runner::tolerance_from_options(options.bitwise, options.max_ulp, options.rtol, options.atol,
+                                      aoti_runner::Tolerance{});
   options.package = positional.front();
   options.libraries.assign(positional.begin() + 1, positional.end());
   options.libraries.insert(options.libraries.end(), extra_libraries.begin(), extra_libraries.end());
   return options;
+}
+
+// One check of the outputs: its name, what the references are called, the
+// references, and the rule.
+struct Check {
+  std::string name;
+  std::string reference_name;
+  std::vector<at::Tensor> references;
+  aoti_runner::Tolerance tolerance;
+};
+
+// The checks the options ask for (the same plan as run_inference's), each printed
+// as report lines and a verdict line, then the overall PASSED or FAILED.
+int verify_outputs(const Options& options, const aoti_runner::PackageSpec& spec,
+                   const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+  using namespace aoti_runner;
+  const bool overridden = options.bitwise || options.max_ulp || options.rtol || options.atol;
+  const auto override_or = [&](const Tolerance& fallback) {
+    return tolerance_from_options(options.bitwise, options.max_ulp, options.rtol, options.atol,
+                                  fallback);
+  };
+  std::vector<Check> checks;
+  if (!options.expected.empty()) {
+    const bool override_here = overridden && options.eager_reference.empty();
+    checks.push_back({"runtime parity", "expected", load_tensors(options.expected),
+                      override_here ? override_or(Tolerance{}) : Tolerance{}});
+  }
+  if (!options.eager_reference.empty()) {
+    const auto recorded = spec.eager_check.value_or(Tolerance{Rule::kClose, 0, {}, {}});
+    checks.push_back({"compiled vs eager", "eager", load_tensors(options.eager_reference),
+                      override_or(recorded)});
+  }
+  if (checks.empty() && spec.is_identity) {
+    checks.push_back({"identity", "input", inputs, override_or(Tolerance{})});
+  }
+  if (checks.empty()) {
+    std::cout << "verify: skipped (the package does not declare an identity model; pass "
+                 "--expected FILE or --eager-reference FILE)\nDONE\n";
+    return kExitPass;
+  }
+  bool passed = true;
+  for (const auto& check : checks) {
+    if (outputs.size() != check.references.size()) {
+      std::cout << check.name << ": the package returned " << outputs.size()
+                << " output(s), but there are " << check.references.size() << " "
+                << check.reference_name << " tensor(s) to compare with\n";
+      passed = false;
+      continue;
+    }
+    std::vector<Comparison> comparisons;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      comparisons.push_back(compare(outputs[i], check.references[i], check.tolerance));
+      std::cout << "verify: output[" << i << "] vs " << check.reference_name << "[" << i << "] ("
+                << comparisons.back().rule() << "): " << comparisons.back().line() << "\n";
+    }
+    std::cout << check.name << ": " << verdict_line(comparisons) << "\n";
+    passed = passed && list_verdict(comparisons) != Verdict::kFailed;
+  }
+  std::cout << (passed ? "PASSED" : "FAILED") << "\n";
+  return passed ? kExitPass : kExitMismatch;
 }
 
 int run(const Options& options) {
@@ -308,44 +411,7 @@ int run(const Options& options) {
     }
   }
 
-  std::vector<at::Tensor> references;
-  std::string reference_name;
-  if (!options.expected.empty()) {
-    references = load_tensors(options.expected);
-    reference_name = "expected";
-  } else if (spec.is_identity) {
-    references = ready;
-    reference_name = "input";
-  } else {
-    std::cout << "verify: skipped (the package does not declare an identity model; pass "
-                 "--expected FILE)\n";
-    std::cout << "DONE\n";
-    return kExitPass;
-  }
-  if (outputs.size() != references.size()) {
-    std::cout << "verify: the package returned " << outputs.size() << " output(s), but there are "
-              << references.size() << " " << reference_name << " tensor(s) to compare with\nFAILED\n";
-    return kExitMismatch;
-  }
-  std::vector<BitReport> reports;
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    reports.push_back(compare_bits(outputs[i], references[i]));
-    std::cout << "verify: output[" << i << "] vs " << reference_name << "[" << i
-              << "] (bitwise): " << reports.back().detail << "\n";
-  }
-  switch (list_verdict(reports, options.max_ulp)) {
-    case Verdict::kPassed:
-      std::cout << "PASSED\n";
-      return kExitPass;
-    case Verdict::kPassedWithinUlp:
-      std::cout << "PASSED (NOT bit-identical: every element within --max-ulp " << options.max_ulp
-                << ")\n";
-      return kExitPass;
-    case Verdict::kFailed:
-      break;
-  }
-  std::cout << "FAILED\n";
-  return kExitMismatch;
+  return verify_outputs(options, spec, ready, outputs);
 }
 
 }  // namespace

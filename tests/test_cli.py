@@ -13,6 +13,7 @@ from identity_conv.cli.compare_tensors import app as compare_app
 from identity_conv.cli.export_compile import app as export_compile_app
 from identity_conv.cli.run_inference import app as run_inference_app
 from identity_conv.runtime.tensor_files import load_tensors, save_tensors
+from identity_conv.verify.tolerance import ULP, Tolerance
 
 runner = CliRunner()
 
@@ -217,7 +218,8 @@ def test_export_compile_passes_every_option_to_the_stage(monkeypatch, tmp_path):
     assert result.exit_code == 2 and "stopped by the test" in result.output
     config = seen["config"]
     assert config.shape() == (2, 5, 7, 9) and config.dtype == "float64" and config.seed == 4
-    assert config.variant == "out" and config.dynamic == ("batch", "width") and config.max_ulp == 3
+    assert config.variant == "out" and config.dynamic == ("batch", "width")
+    assert config.tolerance == Tolerance(ULP, max_ulp=3)
     assert config.ranges["batch"] == (1, 8) and config.ranges["width"] == (3, 30)
     assert config.output == tmp_path / "m.pt2" and config.model is None
 

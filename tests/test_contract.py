@@ -18,7 +18,7 @@ from identity_conv.package.spec import OpRef, PackageSpec, parse_document
 from identity_conv.runtime.preflight import HostFacts, check_required_symbols, check_runs_here
 from identity_conv.runtime.random_inputs import make_random_inputs, random_input_shapes
 from identity_conv.runtime.validation import InputDesc, check_inputs
-from identity_conv.verify.bits import compare_bits, list_verdict
+from identity_conv.verify.tolerance import Tolerance, compare, list_verdict, verdict_line
 
 CONTRACT = Path(__file__).parent / "contract"
 SUITES = {
@@ -28,6 +28,9 @@ SUITES = {
     "random": "random_vectors.json",
     "comparison": "comparison_vectors.json",
     "dtypes": "dtypes.json",
+    # torch.testing's default rtol/atol for each dtype of the table: the oracle is
+    # torch.testing itself, so the C++ table cannot drift from it.
+    "tolerances": "dtypes.json",
 }
 _INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -115,8 +118,17 @@ def _python_verdict(suite: str, vector: dict) -> object:
                 verdict["bits"] = [_bits(t) for t in make_random_inputs(spec, vector["seed"], asked)]
             return verdict
         if suite == "comparison":
-            reports = [compare_bits(_tensor(a), _tensor(e)) for a, e in zip(vector["actual"], vector["expected"])]
-            return {"verdict": list_verdict(reports, vector["max_ulp"]), "details": [str(r) for r in reports]}
+            # The rule is written as the spec's eager_check entry, as the C++ side reads it.
+            tolerance = parse_document({"schema_version": 2, "inputs": [], "eager_check": vector["tolerance"]}).eager_check
+            comparisons = [compare(_tensor(a), _tensor(e), tolerance) for a, e in zip(vector["actual"], vector["expected"])]
+            return {
+                "verdict": list_verdict(comparisons),
+                "verdict_line": verdict_line(comparisons),
+                "details": [f"{c.rule}: {c}" for c in comparisons],
+            }
+        if suite == "tolerances":
+            rtol, atol = Tolerance("close").resolve(getattr(torch, vector["name"]))
+            return {"rtol": rtol, "atol": atol}
         if suite == "dtypes":
             name = vector["name"]
             if name not in NAMES:
@@ -129,6 +141,11 @@ def _python_verdict(suite: str, vector: dict) -> object:
 
 
 def _expected(suite: str, vector: dict, runtime: str) -> object:
+    if suite == "tolerances":
+        from torch.testing._comparison import default_tolerances
+
+        rtol, atol = default_tolerances(getattr(torch, vector["name"]))
+        return {"rtol": rtol, "atol": atol}
     if suite == "dtypes":
         return {"name": vector["name"]} if runtime == "python" else {"name": vector["name"], "scalar_type": vector["scalar_type"]}
     expect = vector["expect"]

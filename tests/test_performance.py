@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from identity_conv.cli.run_inference import app as run_inference_app
 from identity_conv.models.identity import IdentityModel
 from identity_conv.compiler.optimize import optimize_program
 from identity_conv.package.archive import read_package_spec
+from identity_conv.package.spec import CLOSE, Tolerance
 from identity_conv.verify.special_values import INT_TWIN, special_values
 from identity_conv.runtime.tensor_files import load_tensors, save_tensors
 
@@ -268,8 +270,9 @@ def test_benchmark_refuses_a_package_that_failed_verification(compiled_package, 
     def build_that_failed_verification(config, *args, **kwargs):
         result = real_build(config, *args, **kwargs)
         builds.append(result)
-        label, report = result.checks[0]
-        differ = dataclasses.replace(report, identical=False, num_differ=1, first_index=(0, 0, 0, 0))
+        label, comparison = result.checks[0]
+        bits = dataclasses.replace(comparison.bits, identical=False, num_differ=1, first_index=(0, 0, 0, 0))
+        differ = dataclasses.replace(comparison, bits=bits, num_outside=1)
         return dataclasses.replace(result, checks=[(label, differ), *result.checks[1:]])
 
     monkeypatch.setattr(benchmark_stage, "export_and_compile", build_that_failed_verification)
@@ -365,7 +368,8 @@ def test_export_compile_reuses_an_identical_build_and_force_rebuilds(compiled_pa
     hit = runner.invoke(export_compile_app, args)
     assert hit.exit_code == 0, hit.output
     assert "cached: the package at --output was built from the same inputs" in hit.output
-    assert "eager vs package [2, 3, 8, 12] (bitwise)" in hit.output and "PASSED (bit-identical)" in hit.output
+    assert re.search(r"eager vs package \[2, 3, 8, 12\] \(bitwise\)\s*│ identical", hit.output), hit.output
+    assert "PASSED (bit-identical)" in hit.output
     assert compiled_package.path.read_bytes() == before
 
     copy = tmp_path / "model.pt2"
@@ -396,13 +400,21 @@ def test_cache_key_covers_the_example_input_values():
     assert zeros != random
 
 
-def test_a_check_only_option_reuses_the_package(compiled_package, op_library):
-    """--max-ulp changes the check, not the package: a hit, re-decided on the stored reports."""
+def test_a_check_only_option_reuses_the_compiled_code(compiled_package, op_library, tmp_path):
+    """A tolerance changes the check, not the compiled code: the package is verified
+    again under the new rule, without export or compile, and records that rule."""
     batch, channels, height, width = PACKAGE_SHAPE
+    copy = tmp_path / "model.pt2"
+    shutil.copy(compiled_package.path, copy)
     args = ["--batch", str(batch), "--channels", str(channels), "--height", str(height), "--width", str(width),
-            "--output", str(compiled_package.path), "--op-lib", str(op_library), "--max-ulp", "3"]
+            "--output", str(copy), "--op-lib", str(op_library), "--rtol", "0.001", "--atol", "0.0001"]
     hit = runner.invoke(export_compile_app, args)
-    assert hit.exit_code == 0 and "cached:" in hit.output, hit.output
+    assert hit.exit_code == 0 and "cached: the same compiled code, verified again" in hit.output, hit.output
+    assert re.search(r"eager vs package \[2, 3, 8, 12\] \(rtol 0\.001, atol 0\.0001\)\s*│ identical", hit.output)
+    assert read_package_spec(copy).eager_check == Tolerance(CLOSE, rtol=0.001, atol=0.0001)
+    assert read_package_spec(copy).cache_key == read_package_spec(compiled_package.path).cache_key
+    again = runner.invoke(export_compile_app, args)
+    assert "cached: the package at --output was built from the same inputs" in again.output, again.output
 
 
 def test_a_failed_build_leaves_the_output_untouched_and_uncached(tmp_path, monkeypatch):

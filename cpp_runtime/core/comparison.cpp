@@ -24,23 +24,40 @@ std::string hex_bits(const at::Tensor& int_scalar, int64_t width_bytes) {
   return out.str();
 }
 
-std::string format_value(double value) {
+at::ScalarType int_of_width(size_t width) {
+  return width == 1 ? at::kByte : width == 2 ? at::kShort : width == 4 ? at::kInt : at::kLong;
+}
+
+}  // namespace
+
+std::string format_ulp(double value) {
+  if (std::isinf(value)) {
+    return "inf";
+  }
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(0) << value;
+  return out.str();
+}
+
+std::string format_number(double value) {
   if (std::isnan(value)) {
-    return "nan";
+    return "nan";  // whatever the sign bit: Python prints "nan" too
   }
   std::ostringstream out;
   out << std::setprecision(9) << value;
   return out.str();
 }
 
-// Distance in ULP, element-wise, as double: floats are mapped to integers ordered like
-// the values (-0.0 and +0.0 both to 0). Same definition as verify.py's ulp_distance.
-at::Tensor ulp_distance(const at::Tensor& actual, const at::Tensor& expected,
-                        at::ScalarType int_dtype) {
+// Floats are mapped to integers ordered like the values (-0.0 and +0.0 both to 0), so
+// the distance counts the representable values between them; integers get |a - e|.
+at::Tensor ulp_distance(const at::Tensor& actual_in, const at::Tensor& expected_in) {
+  const auto actual = actual_in.cpu().resolve_conj().resolve_neg().contiguous();
+  const auto expected = expected_in.cpu().resolve_conj().resolve_neg().contiguous();
   if (!at::isFloatingType(expected.scalar_type())) {
     return (actual.to(at::kDouble) - expected.to(at::kDouble)).abs().flatten();
   }
   const int64_t width_bits = 8 * static_cast<int64_t>(expected.element_size());
+  const auto int_dtype = int_of_width(expected.element_size());
   const int64_t sign_mask = static_cast<int64_t>((uint64_t{1} << (width_bits - 1)) - 1);
   const auto ordered = [&](const at::Tensor& t) {
     const auto bits = t.view(int_dtype).flatten().to(at::kLong);  // sign-extends
@@ -58,17 +75,6 @@ at::Tensor ulp_distance(const at::Tensor& actual, const at::Tensor& expected,
   distance = at::where(a_nan.logical_and(e_nan), at::zeros_like(distance), distance);
   return at::where(a_nan.logical_xor(e_nan), at::full_like(distance, INFINITY), distance);
 }
-
-std::string format_ulp(double value) {
-  if (std::isinf(value)) {
-    return "inf";
-  }
-  std::ostringstream out;
-  out << std::fixed << std::setprecision(0) << value;
-  return out.str();
-}
-
-}  // namespace
 
 BitReport compare_bits(const at::Tensor& actual_in, const at::Tensor& expected_in) {
   BitReport report;
@@ -88,10 +94,7 @@ BitReport compare_bits(const at::Tensor& actual_in, const at::Tensor& expected_i
     return report;
   }
   const auto width = static_cast<int64_t>(actual.element_size());
-  const auto int_dtype = width == 1 ? at::kByte
-                         : width == 2 ? at::kShort
-                         : width == 4 ? at::kInt
-                                      : at::kLong;
+  const auto int_dtype = int_of_width(actual.element_size());
   const auto actual_bits = actual.view(int_dtype).flatten();
   const auto expected_bits = expected.view(int_dtype).flatten();
   const auto differ = actual_bits.ne(expected_bits);
@@ -122,27 +125,18 @@ BitReport compare_bits(const at::Tensor& actual_in, const at::Tensor& expected_i
                 at::zeros_like(a64))
           .max()
           .item<double>();
-  report.max_ulp = ulp_distance(actual, expected, int_dtype).max().item<double>();
+  report.max_ulp = ulp_distance(actual, expected).max().item<double>();
+  report.max_abs_diff = max_abs;
+  report.max_rel_diff = max_rel;
   std::ostringstream out;
   out << report.num_differ << " of " << report.numel << " elements differ; first at ["
-      << join(index, ", ") << "]: got " << format_value(a) << " ("
-      << hex_bits(actual_bits[flat], width) << "), expected " << format_value(e) << " ("
-      << hex_bits(expected_bits[flat], width) << "); max abs diff " << format_value(max_abs)
-      << ", max rel diff " << format_value(max_rel) << ", max ULP distance "
+      << join(index, ", ") << "]: got " << format_number(a) << " ("
+      << hex_bits(actual_bits[flat], width) << "), expected " << format_number(e) << " ("
+      << hex_bits(expected_bits[flat], width) << "); max abs diff " << format_number(max_abs)
+      << ", max rel diff " << format_number(max_rel) << ", max ULP distance "
       << format_ulp(*report.max_ulp);
   report.detail = out.str();
   return report;
-}
-
-Verdict list_verdict(const std::vector<BitReport>& reports, int64_t max_ulp) {
-  bool identical = true;
-  for (const auto& report : reports) {
-    if (!report.within_ulp(max_ulp)) {
-      return Verdict::kFailed;
-    }
-    identical = identical && report.identical;
-  }
-  return identical ? Verdict::kPassed : Verdict::kPassedWithinUlp;
 }
 
 }  // namespace aoti_runner

@@ -5,6 +5,7 @@
 #include "text.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <sstream>
 
@@ -76,6 +77,52 @@ const json& member(const json& object, const std::string& key) {
   static const json null_value;
   const auto it = object.find(key);
   return it == object.end() ? null_value : *it;
+}
+
+Tolerance get_tolerance(const json& value, const std::string& where) {
+  if (!value.is_object()) {
+    throw malformed(where + ": expected an object, got " + type_name(value));
+  }
+  Tolerance tolerance;
+  const auto& rule = member(value, "rule");
+  if (rule == "bitwise") {
+    tolerance.rule = Rule::kBitwise;
+  } else if (rule == "ulp") {
+    tolerance.rule = Rule::kUlp;
+  } else if (rule == "close") {
+    tolerance.rule = Rule::kClose;
+  } else {
+    throw malformed(where + ".rule: expected one of bitwise, ulp, close, got " + rule.dump());
+  }
+  const auto max_ulp =
+      get_int(value.contains("max_ulp") ? value.at("max_ulp") : json(0), where + ".max_ulp");
+  std::optional<double> bounds[2];
+  const char* keys[] = {"rtol", "atol"};
+  for (int k = 0; k < 2; ++k) {
+    const auto& bound = member(value, keys[k]);
+    if (bound.is_null()) {
+      continue;
+    }
+    if (!bound.is_number() || !std::isfinite(bound.get<double>()) || bound.get<double>() < 0) {
+      throw malformed(where + "." + keys[k] + ": expected a finite number >= 0 or null, got " +
+                      bound.dump());
+    }
+    bounds[k] = bound.get<double>();
+  }
+  if (bounds[0].has_value() != bounds[1].has_value()) {
+    throw malformed(where + ": rtol and atol are both numbers or both null");
+  }
+  if (tolerance.rule == Rule::kUlp) {
+    if (max_ulp == 0) {
+      throw malformed(where + ": the ulp rule needs max_ulp >= 1 (0 is the bitwise rule)");
+    }
+    tolerance.max_ulp = max_ulp;
+  }
+  if (tolerance.rule == Rule::kClose) {
+    tolerance.rtol = bounds[0];
+    tolerance.atol = bounds[1];
+  }
+  return tolerance;
 }
 
 }  // namespace
@@ -258,6 +305,9 @@ PackageSpec parse_spec_document(const json& document) {
   spec.cache_key = get_string(get("cache_key", ""), "cache_key");
   spec.onnx_mode = get_string(get("onnx_mode", ""), "onnx_mode");
   get_array(get("verified", json::array()), "verified");
+  if (const auto& check = get("eager_check", nullptr); !check.is_null()) {
+    spec.eager_check = get_tolerance(check, "eager_check");
+  }
   return spec;
 }
 
@@ -306,6 +356,9 @@ json spec_to_document(const PackageSpec& spec) {
   };
   if (!spec.op_library_namespaces.empty()) {  // written only when known, as in Python
     document["op_library_namespaces"] = spec.op_library_namespaces;
+  }
+  if (spec.eager_check) {
+    document["eager_check"] = tolerance_to_document(*spec.eager_check);
   }
   return document;
 }
@@ -511,6 +564,8 @@ std::vector<std::pair<std::string, std::string>> describe_package(const PackageS
   rows.emplace_back("fake modules", join(spec.fake_modules, ", "));
   rows.emplace_back("shared dims", join(groups, "; "));
   rows.emplace_back("optimizations", spec.optimizations);
+  rows.emplace_back("eager check", spec.eager_check ? spec.eager_check->describe()
+                                                    : "not recorded (compare bitwise)");
   rows.emplace_back("identity model", spec.is_identity ? "yes" : "no");
   rows.emplace_back("torch version", spec.torch_version);
   rows.emplace_back("platform", aoti("AOTI_PLATFORM") + " " + aoti("AOTI_MACHINE"));

@@ -4,6 +4,8 @@
 // vectors in tests/contract/spec_vectors.json pin both parsers to one verdict.
 #pragma once
 
+#include "tolerance.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -66,6 +68,9 @@ struct PackageSpec {
   std::vector<std::vector<std::pair<int64_t, int64_t>>> shared_dims;
   std::string cache_key;
   std::string onnx_mode;
+  // The rule compiled code was held to against eager at export; --eager-reference
+  // applies it too. Unset in packages from before it was recorded.
+  std::optional<Tolerance> eager_check;
   int schema_version = kSchemaVersion;  // the version the spec was read from
   std::map<std::string, std::string> aoti;  // AOTI's own metadata entries (ISA, machine, ...)
 };

@@ -2,12 +2,12 @@
 // through the runner core and prints {"name": verdict, ...} as JSON. The pytest side
 // (tests/test_contract.py) runs the same vectors through the Python modules and
 // checks both against each vector's expected verdict. No Python in this process.
-#include "comparison.h"
 #include "dtypes.h"
 #include "errors.h"
 #include "package_spec.h"
 #include "preflight.h"
 #include "random_inputs.h"
+#include "tolerance.h"
 #include "validation.h"
 
 #include <ATen/ATen.h>
@@ -140,17 +140,30 @@ json run_vector(const std::string& suite, const json& vector) {
       return verdict;
     }
     if (suite == "comparison") {
-      std::vector<aoti_runner::BitReport> reports;
+      // The rule is written as the spec's eager_check entry.
+      const auto spec = aoti_runner::parse_spec_document(
+          {{"schema_version", 2}, {"inputs", json::array()}, {"eager_check", vector.at("tolerance")}});
+      std::vector<aoti_runner::Comparison> comparisons;
       json details = json::array();
       const auto& actual = vector.at("actual");
       const auto& expected = vector.at("expected");
       for (size_t i = 0; i < actual.size(); ++i) {
-        reports.push_back(aoti_runner::compare_bits(tensor_of(actual[i]), tensor_of(expected[i])));
-        details.push_back(reports.back().detail);
+        comparisons.push_back(
+            aoti_runner::compare(tensor_of(actual[i]), tensor_of(expected[i]), *spec.eager_check));
+        details.push_back(comparisons.back().rule() + ": " + comparisons.back().line());
       }
-      const auto verdict = aoti_runner::list_verdict(reports, vector.value("max_ulp", 0));
-      const char* names[] = {"passed", "passed_within_ulp", "failed"};
-      return {{"verdict", names[static_cast<int>(verdict)]}, {"details", details}};
+      const char* names[] = {"passed", "passed_within_tolerance", "failed"};
+      return {{"verdict", names[static_cast<int>(aoti_runner::list_verdict(comparisons))]},
+              {"verdict_line", aoti_runner::verdict_line(comparisons)},
+              {"details", details}};
+    }
+    if (suite == "tolerances") {
+      const auto dtype = aoti_runner::dtype_from_name(vector.at("name").get<std::string>());
+      if (!dtype) {
+        return {{"error", "unknown"}};
+      }
+      const auto [rtol, atol] = aoti_runner::default_tolerance(*dtype);
+      return {{"rtol", rtol}, {"atol", atol}};
     }
     if (suite == "dtypes") {
       const auto name = vector.at("name").get<std::string>();
@@ -170,7 +183,7 @@ json run_vector(const std::string& suite, const json& vector) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::cerr << "usage: contract_vectors spec|preflight|validation|random|comparison|dtypes FILE\n";
+    std::cerr << "usage: contract_vectors spec|preflight|validation|random|comparison|tolerances|dtypes FILE\n";
     return 2;
   }
   try {

@@ -199,8 +199,8 @@ def require_verified(result: BuildResult, what: str) -> Path:
             timing it would report the speed of a wrong answer.
     """
     if not result.passed:
-        failed = "; ".join(f"{label}: {report}" for label, report in result.checks
-                           if not report.within_ulp(result.max_ulp))
+        failed = "; ".join(f"{label}: {comparison}" for label, comparison in result.checks
+                           if not comparison.passed)
         raise VerificationError(f"{what} {result.package_path} failed verification against eager, so it is not "
                                 f"benchmarked: {failed or 'no check passed'}")
     return result.package_path

@@ -20,7 +20,7 @@ from ..locate import runner_path
 from ..compiler.onnx_export import is_onnx_path
 from ..package.archive import read_package_spec
 from ..package.spec import PackageSpec
-from ..verify.bits import FAILED, PASSED_WITHIN_ULP, BitReport, list_verdict
+from ..verify.tolerance import FAILED, Comparison, Tolerance, list_verdict, tolerance_from_options, verdict_line
 
 # Markup is off: messages carry paths and shapes such as "[tensor, ...]" that rich
 # would otherwise take for style tags. Styles are passed explicitly instead. Lines
@@ -61,14 +61,41 @@ FakeModuleOption = Annotated[
         "(torch.library.register_fake) or Python-only ops. Repeatable.",
     ),
 ]
+# The rule of a comparison (see verify/tolerance.py); each command says which check
+# these override and what its default is.
+TOLERANCE_PANEL = "Tolerance (one of --bitwise, --max-ulp, --rtol/--atol)"
+BitwiseOption = Annotated[
+    bool, typer.Option("--bitwise", help="Demand the same bits.", rich_help_panel=TOLERANCE_PANEL, show_default=False)
+]
 MaxUlpOption = Annotated[
-    int,
+    Optional[int],
     typer.Option(
         min=0,
-        help="Pass if every output is within this many ULP of its reference. 0 (the default) "
-        "demands the same bits; Inductor may reorder float math in a fused kernel.",
+        help="Pass if every element is within this many ULP (units in the last place) of its reference; "
+        "0 is --bitwise. A poor rule near zero: 1e-30 against 0 is millions of ULP apart.",
+        rich_help_panel=TOLERANCE_PANEL,
+        show_default=False,
     ),
 ]
+RtolOption = Annotated[
+    Optional[float],
+    typer.Option(
+        min=0.0,
+        help="Relative tolerance: pass if |actual - reference| <= atol + rtol * |reference| everywhere "
+        "(torch.testing.assert_close's rule; NaN must face NaN, inf the same inf). Give --atol too.",
+        rich_help_panel=TOLERANCE_PANEL,
+        show_default=False,
+    ),
+]
+AtolOption = Annotated[
+    Optional[float],
+    typer.Option(min=0.0, help="Absolute tolerance, with --rtol.", rich_help_panel=TOLERANCE_PANEL, show_default=False),
+]
+
+
+def tolerance_override(bitwise: bool, max_ulp: int | None, rtol: float | None, atol: float | None) -> Tolerance | None:
+    """The rule the tolerance options ask for, or None when none was given."""
+    return tolerance_from_options(bitwise=bitwise, max_ulp=max_ulp, rtol=rtol, atol=atol, default=None)
 
 
 def read_spec(path: Path) -> PackageSpec:
@@ -137,14 +164,13 @@ def step_progress(total: int) -> Iterator[Callable[[str], None]]:
     progress.stop()
 
 
-def print_bit_reports(reports: list[tuple[str, BitReport]], max_ulp: int = 0) -> bool:
-    """Print one "label (bitwise): report" line each, then the verdict (``list_verdict``);
-    True if it passed (the verdict line says when bits differ within ``max_ulp``)."""
-    for label, report in reports:
-        console.print(f"{label} (bitwise): {report}")
-    outcome = list_verdict([report for _, report in reports], max_ulp)
-    line = verdict(outcome != FAILED)
-    if outcome == PASSED_WITHIN_ULP:
-        line.append(f" (NOT bit-identical: every element within --max-ulp {max_ulp})")
-    console.print(line)
-    return outcome != FAILED
+def print_check(name: str, comparisons: list[tuple[str, Comparison]]) -> bool:
+    """Print one "label (rule): report" line per comparison, then "name: verdict line";
+    True if the check passed."""
+    for label, comparison in comparisons:
+        console.print(f"{label} ({comparison.rule}): {comparison}")
+    results = [comparison for _, comparison in comparisons]
+    passed = list_verdict(results) != FAILED
+    line = verdict_line(results)
+    console.print(Text(f"{name}: ").append(line, style="bold green" if passed else "bold red"))
+    return passed

@@ -1,6 +1,7 @@
 """run_inference: run an AOTI package from Python, with its inputs validated
-against the package's recorded spec, and verify the output bits against a reference
-file (--expected) or, for identity models, against the inputs."""
+against the package's recorded spec, and check its outputs: bitwise against the
+package's own outputs (--expected, runtime parity), under the recorded tolerance
+against eager's (--eager-reference), or, for identity models, against the inputs."""
 
 from __future__ import annotations
 
@@ -16,8 +17,20 @@ from ..runtime.preflight import check_runs_here, this_host
 from ..runtime.random_inputs import make_random_inputs
 from ..runtime.tensor_files import load_tensors, save_tensors
 from ..runtime.validation import validate_inputs
-from ..verify.bits import compare_tensor_lists
-from .common import FakeModuleOption, MaxUlpOption, console, exit_with, print_bit_reports, read_spec
+from ..verify.tolerance import compare, plan_checks
+from .common import (
+    AtolOption,
+    BitwiseOption,
+    FakeModuleOption,
+    MaxUlpOption,
+    RtolOption,
+    console,
+    exit_with,
+    print_check,
+    read_spec,
+    tolerance_override,
+    verdict,
+)
 from .parsing import parse_shape
 
 app = typer.Typer(add_completion=False, rich_markup_mode="rich")
@@ -26,15 +39,19 @@ app = typer.Typer(add_completion=False, rich_markup_mode="rich")
 @app.command(
     help=(
         "Run an AOTI package (.pt2) or an ONNX file (.onnx, in onnxruntime; needs the ONNX extra) "
-        "written by export_compile from Python and check its "
-        "outputs bit-for-bit: against --expected FILE (e.g. the expected.pt of "
-        "export_compile --save-reference), or, without it, against the inputs for "
-        "packages that declare an identity model. Other packages just run.\n\n"
+        "written by export_compile from Python and check its outputs. Two checks, each named in "
+        "the output: runtime parity, bitwise against --expected FILE (the package's own outputs, "
+        "e.g. the expected.pt of export_compile --save-reference: every runtime of one package "
+        "must give the same bits); and compiled vs eager, against --eager-reference FILE (eager's "
+        "outputs, eager.pt) under the tolerance the package recorded at export. Without either, "
+        "packages that declare an identity model are checked bitwise against their inputs; "
+        "other packages just run. --bitwise, --max-ulp or --rtol/--atol override the rule of "
+        "the eager check if given, else of the other one.\n\n"
         "Op libraries are loaded in order before the package: the positional ones, then "
         "each --op-lib. Inputs are checked against the shapes, dtype and device the package "
         "records before anything runs.\n\n"
-        "Exit codes: 0 PASSED (or DONE when nothing is compared), 1 output bits differ "
-        "(beyond --max-ulp), 2 usage, load or input error."
+        "Exit codes: 0 PASSED (or DONE when nothing is compared), 1 outputs differ "
+        "(beyond the tolerance), 2 usage, load or input error."
     )
 )
 def run_inference(
@@ -54,9 +71,19 @@ def run_inference(
     fake_module: FakeModuleOption = None,
     expected: Annotated[
         Optional[Path],
-        typer.Option(help="Compare the outputs bit-for-bit with this tensor file, e.g. export_compile's expected.pt."),
+        typer.Option(help="Runtime parity: compare the outputs bit-for-bit with this tensor file, e.g. export_compile's expected.pt."),
     ] = None,
-    max_ulp: MaxUlpOption = 0,
+    eager_reference: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Compiled vs eager: compare the outputs with this tensor file of eager's outputs (export_compile's "
+            "eager.pt) under the package's recorded tolerance (torch.testing's defaults if it records none)."
+        ),
+    ] = None,
+    bitwise: BitwiseOption = False,
+    max_ulp: MaxUlpOption = None,
+    rtol: RtolOption = None,
+    atol: AtolOption = None,
     inputs: Annotated[
         Optional[Path],
         typer.Option(help="Read inputs from this file: a list of tensors saved with torch.save."),
@@ -72,6 +99,7 @@ def run_inference(
     ] = None,
 ) -> None:
     try:
+        override = tolerance_override(bitwise, max_ulp, rtol, atol)
         if inputs is not None and input_shape:
             raise InputError(
                 "--input-shape sets the shape of the random inputs, which --inputs replaces; pass one or the other."
@@ -108,28 +136,40 @@ def run_inference(
         if outputs is not None:
             save_tensors(outputs, results)
             console.print(f"wrote outputs to {outputs}")
-        if expected is not None:
-            references, reference_name = load_tensors(expected), "expected"
-        elif spec.is_identity:
-            references, reference_name = tensors, "input"
-        else:
-            console.print(
-                "verify: skipped (the package does not declare an identity model; pass --expected FILE)\nDONE"
-            )
-            return
+        checks = plan_checks(
+            expected=None if expected is None else load_tensors(expected),
+            eager=None if eager_reference is None else load_tensors(eager_reference),
+            inputs=tensors,
+            is_identity=spec.is_identity,
+            recorded=spec.eager_check,
+            override=override,
+        )
     except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)
 
-    if len(results) != len(references):
-        # The same words as aoti_runner's.
+    if not checks:
         console.print(
-            f"verify: the package returned {len(results)} output(s), but there are {len(references)} "
-            f"{reference_name} tensor(s) to compare with\nFAILED"
+            "verify: skipped (the package does not declare an identity model; pass --expected FILE or "
+            "--eager-reference FILE)\nDONE"
         )
-        raise typer.Exit(EXIT_MISMATCH)
-    reports = compare_tensor_lists(results, references)
-    labels = [f"verify: output[{i}] vs {reference_name}[{i}]" for i in range(len(reports))]
-    if not print_bit_reports(list(zip(labels, reports)), max_ulp):
+        return
+    passed = True
+    for check in checks:
+        if len(results) != len(check.references):
+            # The same words as aoti_runner's.
+            console.print(
+                f"{check.name}: the package returned {len(results)} output(s), but there are "
+                f"{len(check.references)} {check.reference_name} tensor(s) to compare with"
+            )
+            passed = False
+            continue
+        comparisons = [
+            (f"verify: output[{i}] vs {check.reference_name}[{i}]", compare(result, reference, check.tolerance))
+            for i, (result, reference) in enumerate(zip(results, check.references))
+        ]
+        passed = print_check(check.name, comparisons) and passed
+    console.print(verdict(passed))
+    if not passed:
         raise typer.Exit(EXIT_MISMATCH)
 
 

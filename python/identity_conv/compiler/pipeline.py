@@ -1,13 +1,15 @@
 """The export_compile job as one function: load op libraries, build the model (the
 IdentityModel, or a user's own from ``package.module:factory``), export (static or
 with dynamic dims), refuse ops that C++ cannot run, compile, then verify the package
-against eager bit-for-bit. Stages report progress through an optional callback and
+against eager: bitwise for identity models, else under torch.testing's tolerance
+(or the one asked for), which the package records. Stages report progress through an optional callback and
 never print."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -35,20 +37,24 @@ from ..models.identity import IDENTITY_CLASS, MODEL_VARIANTS, IdentityModel, Ide
 from ..ops.loader import LIBRARY_NAME, libraries_for, load_op_libraries, load_op_library, namespaces_by_library
 from .optimize import optimize_program
 from ..package.archive import read_package_spec, rewrite_package_metadata
-from ..package.dtypes import DTYPES
+from ..package.dtypes import DTYPES, dtype_name
 from ..package.spec import OpRef, PackageSpec
 from ..runtime.aoti import load_package
 from ..runtime.tensor_files import save_tensors
 from ..models.user import DynamicDim, flatten_outputs, import_modules, load_model
-from ..verify.bits import FAILED, BitReport, compare_bits, list_verdict
+from ..verify.bits import BitReport
+from ..verify.tolerance import BITWISE, CLOSE, FAILED, Comparison, Tolerance, compare, list_verdict
 
 STAGES = ("load op libraries", "build model", "export", "compile", "verify")
 # The stages of the ONNX target (export_compile onnx).
 ONNX_STAGES = ("load op libraries", "build model", "export", "convert to ONNX", "verify")
 FORMATS = ("pt2", "onnx")
-# Files --save-reference writes: the example inputs and eager's outputs for them.
+# Files --save-reference writes: the example inputs, the package's outputs for them
+# (for the runtime parity check of any other runtime, bitwise) and eager's (for the
+# compiled-vs-eager check, under the recorded tolerance).
 REFERENCE_INPUTS = "inputs.pt"
 REFERENCE_OUTPUTS = "expected.pt"
+REFERENCE_EAGER = "eager.pt"
 
 # Input dims of the IdentityModel that may be dynamic, and their position in NCHW.
 DYNAMIC_DIMS = {"batch": 0, "height": 2, "width": 3}
@@ -81,12 +87,14 @@ class BuildConfig:
     model_args: dict[str, object] = field(default_factory=dict)
     input_shapes: list[tuple[int, ...]] = field(default_factory=list)
     dynamic_dims: list[DynamicDim] = field(default_factory=list)
-    # Write the example inputs and eager outputs here (inputs.pt, expected.pt).
+    # Write the example inputs, the package's and eager's outputs here (inputs.pt,
+    # expected.pt, eager.pt).
     save_reference: Path | None = None
     # Write a package for the Python runtime only when the graph calls Python ops.
     allow_python_ops: bool = False
-    # The package passes if every output is within this many ULP of eager (0: bitwise).
-    max_ulp: int = 0
+    # The rule the package's outputs are held to against eager's, recorded in the
+    # package. None: bitwise for identity models, else torch.testing's defaults.
+    tolerance: Tolerance | None = None
     # Export-time graph optimizations (optimize.py); each keeps eager's bits.
     optimize: bool = True
     # Rebuild even if the package at `output` was built from the same inputs.
@@ -141,8 +149,6 @@ class BuildConfig:
         """Raise InputError for a dtype, dynamic dim or range that cannot work."""
         if self.dtype not in DTYPES:
             raise InputError(f"unsupported dtype {self.dtype!r}; expected one of {', '.join(DTYPES)}")
-        if self.max_ulp < 0:
-            raise InputError(f"--max-ulp must be >= 0, got {self.max_ulp}")
         if self.format not in FORMATS:
             raise InputError(f"unknown format {self.format!r}; expected one of {', '.join(FORMATS)}")
         self._check_format()
@@ -180,11 +186,11 @@ class BuildResult:
     calls: GraphCalls
     graph: str
     example_inputs: list[torch.Tensor]
-    # (what was compared, its report), e.g. ("eager vs package [1, 3, 224, 224]", ...)
-    checks: list[tuple[str, BitReport]]
+    # (what was compared, its comparison), e.g. ("eager vs package [1, 3, 224, 224]", ...)
+    checks: list[tuple[str, Comparison]]
     op_libraries: list[Path]
+    tolerance: Tolerance = field(default_factory=Tolerance)
     model_name: str = "IdentityModel"
-    max_ulp: int = 0
     reference_dir: Path | None = None
     timings: dict[str, float] = field(default_factory=dict)
     # False when the build failed its checks: nothing was written at package_path
@@ -193,6 +199,9 @@ class BuildResult:
     # True when the package at the output was reused (same cache key): export,
     # compile and verify were skipped, and `checks` are those of the build that made it.
     cached: bool = False
+    # True when that package's compiled code was reused but verified again, under a
+    # rule other than the one it recorded.
+    reverified: bool = False
     # ONNX target only: (domain, op type) of each node, and the torchbind routes taken.
     onnx_nodes: list[tuple[str, str]] = field(default_factory=list)
     onnx_routes: list[str] = field(default_factory=list)
@@ -203,12 +212,12 @@ class BuildResult:
 
     @property
     def bit_identical(self) -> bool:
-        return all(report.identical for _, report in self.checks)
+        return all(comparison.bits.identical for _, comparison in self.checks)
 
     @property
     def passed(self) -> bool:
-        """Bit-identical, or within ``max_ulp`` ULP where the caller allowed that."""
-        return list_verdict([report for _, report in self.checks], self.max_ulp) != FAILED
+        """Every output within ``tolerance`` of eager's, at every checked shape."""
+        return list_verdict([comparison for _, comparison in self.checks]) != FAILED
 
 
 def seeded_input(shape: tuple[int, ...], dtype: str, device: str, seed: int) -> torch.Tensor:
@@ -252,9 +261,9 @@ def export_and_compile(
             ``config`` names; it is an identity only if its ``is_identity`` says so.
 
     Returns:
-        The BuildResult. ``passed`` says whether the package's outputs match eager's
-        (bit for bit, or within ``config.max_ulp`` ULP) at every checked shape; the
-        caller decides what a difference means.
+        The BuildResult. ``passed`` says whether the package's outputs are within
+        the tolerance of eager's at every checked shape; the caller decides what a
+        difference means.
 
     Raises:
         OpLibraryError, ModelError, ExportError, CompileError, PackageError,
@@ -297,38 +306,111 @@ def export_and_compile(
         else:
             model, inputs, traced, dynamic_dims = _build_user_model(config)
         model_name = config.model or type(model).__name__
+        # Identity is the IdentityModel's contract, so it is held to the same bits.
+        tolerance = config.tolerance or Tolerance(BITWISE if getattr(model, "is_identity", False) else CLOSE)
         if config.format == "onnx":
             # ONNX export takes seconds: no compile cache.
             key, cached = "", None
         else:
+            # The rule is not in the key: it changes the check, not the compiled code.
             key = _cache_key(config, model, inputs, traced, dynamic_dims, libraries)
             cached = None if config.force else _cached_spec(config.output, key)
 
     if config.format == "onnx":
-        return _export_onnx(config, model, inputs, traced, dynamic_dims, libraries, model_name, stage, timings)
+        return _export_onnx(
+            config, model, inputs, traced, dynamic_dims, libraries, model_name, tolerance, stage, timings
+        )
 
-    if cached is not None:
+    if cached is not None and cached.eager_check == tolerance:
         for name in ("export", "compile", "verify"):
             with stage(name):
                 pass
         if config.save_reference is not None:
             with torch.no_grad():
-                _save_reference(config.save_reference, inputs, flatten_outputs(model(*inputs)))
+                eager = flatten_outputs(model(*inputs))
+            outputs = load_package(config.output, cached).run(list(inputs))
+            _save_reference(config.save_reference, inputs, outputs, eager)
         return BuildResult(
             package_path=config.output,
             spec=cached,
             calls=GraphCalls(sorted({op.name for op in cached.required_ops}), cached.required_classes),
             graph="(the package at the output was built from the same inputs: export and compile skipped)",
             example_inputs=inputs,
-            checks=[(label, BitReport(**fields)) for label, fields in cached.verified],
+            checks=_recorded_checks(cached, tolerance),
             op_libraries=libraries,
+            tolerance=tolerance,
             model_name=model_name,
-            max_ulp=config.max_ulp,
             reference_dir=config.save_reference,
             timings=timings,
             cached=True,
         )
 
+    if cached is not None:
+        # The same compiled code, held to another rule: verify it again, on a copy.
+        for name in ("export", "compile"):
+            with stage(name):
+                pass
+        calls = GraphCalls(sorted({op.name for op in cached.required_ops}), cached.required_classes)
+        graph = "(the package at the output was built from the same inputs: export and compile skipped)"
+        staging = _staging_path(config.output)
+        shutil.copyfile(config.output, staging)
+        package_path = staging
+    else:
+        calls, graph, package_path, staging = _export_and_compile_package(
+            config, model, inputs, traced, dynamic_dims, libraries, tolerance, stage
+        )
+
+    with stage("verify"):
+        try:
+            spec = read_package_spec(package_path)
+            package = load_package(package_path, spec)
+            checks, outputs, eager = _verify_against_eager(
+                model, inputs, dynamic_dims, config.seed, package.run, "the package", "package", tolerance
+            )
+            if config.save_reference is not None:
+                _save_reference(config.save_reference, inputs, outputs, eager)
+            passed = list_verdict([comparison for _, comparison in checks]) != FAILED
+            if passed:
+                # The key is recorded only in a package that passed, so only such a
+                # package is ever reused.
+                spec.cache_key = key
+                spec.eager_check = tolerance
+                spec.verified = [[label, _record(comparison)] for label, comparison in checks]
+                rewrite_package_metadata(package_path, package_path, spec.to_metadata())
+                package_path = staging.replace(config.output)
+        finally:
+            staging.unlink(missing_ok=True)
+
+    return BuildResult(
+        package_path=config.output,
+        written=passed,
+        spec=spec,
+        calls=calls,
+        graph=graph,
+        example_inputs=inputs,
+        checks=checks,
+        op_libraries=libraries,
+        tolerance=tolerance,
+        model_name=model_name,
+        reference_dir=config.save_reference,
+        timings=timings,
+        reverified=cached is not None,
+    )
+
+
+def _export_and_compile_package(
+    config: BuildConfig,
+    model: nn.Module,
+    inputs: list[torch.Tensor],
+    traced: list[torch.Tensor],
+    dynamic_dims: list[DynamicDim],
+    libraries: list[Path],
+    tolerance: Tolerance,
+    stage: Callable[[str], AbstractContextManager[None]],
+) -> tuple[GraphCalls, str, Path, Path]:
+    """The export and compile stages: the graph's calls, the graph as text, and the
+    package compiled beside --output under a temporary name (its path twice: the
+    package to verify, and the staging file to remove if verification fails)."""
     with stage("export"):
         # Packages are for inference: tracing without autograd keeps the graph free of
         # training-only state (and lets out= ops, which refuse autograd, export).
@@ -358,6 +440,7 @@ def export_and_compile(
             fake_modules=list(config.fake_modules) + _defining_modules(python_ops, config.model),
             optimizations=optimization,
             shared_dims=shared_dims(program),
+            eager_check=tolerance,
         )
         # Built beside --output under a temporary name, and moved there only once it
         # passed: a failed build never replaces (or destroys) a good package.
@@ -369,40 +452,32 @@ def export_and_compile(
             staging.unlink(missing_ok=True)
             raise
 
-    with stage("verify"):
-        try:
-            spec = read_package_spec(package_path)
-            package = load_package(package_path, spec)
-            checks, reference_outputs = _verify_against_eager(
-                model, inputs, dynamic_dims, config.seed, package.run, "the package", "package"
-            )
-            if config.save_reference is not None:
-                _save_reference(config.save_reference, inputs, reference_outputs)
-            passed = list_verdict([report for _, report in checks], config.max_ulp) != FAILED
-            if passed:
-                # The key is recorded only in a package that passed, so only such a
-                # package is ever reused.
-                spec.cache_key = key
-                spec.verified = [[label, dataclasses.asdict(report)] for label, report in checks]
-                rewrite_package_metadata(package_path, package_path, spec.to_metadata())
-                package_path = staging.replace(config.output)
-        finally:
-            staging.unlink(missing_ok=True)
+    return calls, str(program.graph), package_path, staging
 
-    return BuildResult(
-        package_path=config.output,
-        written=passed,
-        spec=spec,
-        calls=calls,
-        graph=str(program.graph),
-        example_inputs=inputs,
-        checks=checks,
-        op_libraries=libraries,
-        model_name=model_name,
-        max_ulp=config.max_ulp,
-        reference_dir=config.save_reference,
-        timings=timings,
-    )
+
+def _record(comparison: Comparison) -> dict[str, Any]:
+    """A comparison as the spec's ``verified`` entry keeps it, for a cache hit's report."""
+    return {
+        "bits": dataclasses.asdict(comparison.bits),
+        "dtype": dtype_name(comparison.dtype),
+        "num_outside": comparison.num_outside,
+        "first_outside": comparison.first_outside,
+    }
+
+
+def _recorded_checks(spec: PackageSpec, tolerance: Tolerance) -> list[tuple[str, Comparison]]:
+    """The checks a cached package passed, from its ``verified`` entry.
+
+    Raises:
+        KeyError, TypeError, ValueError, AttributeError: an entry of another form
+            (e.g. from an older toolkit); the caller treats that as a cache miss.
+    """
+    checks = []
+    for label, fields in spec.verified:
+        bits = BitReport(**{**fields["bits"], "first_index": tuple(fields["bits"]["first_index"] or ()) or None})
+        dtype = getattr(torch, fields["dtype"])
+        checks.append((label, Comparison(bits, tolerance, dtype, fields["num_outside"], fields["first_outside"])))
+    return checks
 
 
 def _verify_against_eager(
@@ -413,14 +488,17 @@ def _verify_against_eager(
     run: Callable[[list[torch.Tensor]], list[torch.Tensor]],
     what: str,
     label: str,
-) -> tuple[list[tuple[str, BitReport]], list[torch.Tensor]]:
+    tolerance: Tolerance,
+) -> tuple[list[tuple[str, Comparison]], list[torch.Tensor], list[torch.Tensor]]:
     """Run ``run`` on the example inputs (and, with dynamic dims, on inputs of other
-    sizes) and compare each output's bits with eager's.
+    sizes) and compare each output with eager's under ``tolerance``.
 
     Returns:
-        The labelled reports, and eager's outputs for the example inputs.
+        The labelled comparisons, and ``run``'s and eager's outputs for the example
+        inputs.
     """
-    checks: list[tuple[str, BitReport]] = []
+    checks: list[tuple[str, Comparison]] = []
+    example_outputs: list[torch.Tensor] = []
     reference_outputs: list[torch.Tensor] = []
     runs = [inputs] + ([more] if (more := second_inputs(inputs, dynamic_dims, seed)) else [])
     for run_inputs in runs:
@@ -430,11 +508,12 @@ def _verify_against_eager(
         if len(outputs) != len(eager):
             raise VerificationError(f"{what} returned {len(outputs)} output(s) where eager returns {len(eager)}")
         reference_outputs = reference_outputs or eager
+        example_outputs = example_outputs or outputs
         shapes = " ".join(str(list(x.shape)) for x in run_inputs)
         for j, (actual, expected) in enumerate(zip(outputs, eager)):
             name = f"eager vs {label} {shapes}" + (f" output[{j}]" if len(eager) > 1 else "")
-            checks.append((name, compare_bits(actual, expected)))
-    return checks, reference_outputs
+            checks.append((name, compare(actual, expected, tolerance)))
+    return checks, example_outputs, reference_outputs
 
 
 def _export_onnx(
@@ -445,11 +524,12 @@ def _export_onnx(
     dynamic_dims: list[DynamicDim],
     libraries: list[Path],
     model_name: str,
+    tolerance: Tolerance,
     stage: Callable[[str], AbstractContextManager[None]],
     timings: dict[str, float],
 ) -> BuildResult:
     """The ONNX target's export, convert and verify stages (see onnx_export.py). The
-    file's outputs are checked against eager in onnxruntime, bit for bit."""
+    file's outputs are checked against eager in onnxruntime, under ``tolerance``."""
     from .onnx_export import prepare_onnx
 
     with stage("export"):
@@ -458,8 +538,8 @@ def _export_onnx(
     # passed, as a .pt2 package is: exit 2 (or 1) leaves nothing at --output.
     staging = _staging_path(config.output, ".onnx")
     try:
-        return _convert_and_verify_onnx(config, model, inputs, dynamic_dims, libraries, model_name, stage, timings,
-                                        prepared, staging)
+        return _convert_and_verify_onnx(config, model, inputs, dynamic_dims, libraries, model_name, tolerance, stage,
+                                        timings, prepared, staging)
     finally:
         staging.unlink(missing_ok=True)
 
@@ -471,6 +551,7 @@ def _convert_and_verify_onnx(
     dynamic_dims: list[DynamicDim],
     libraries: list[Path],
     model_name: str,
+    tolerance: Tolerance,
     stage: Callable[[str], AbstractContextManager[None]],
     timings: dict[str, float],
     prepared: Any,
@@ -487,14 +568,15 @@ def _convert_and_verify_onnx(
             # Custom-domain nodes run the op libraries' kernels; portable files need none.
             "op_libraries": libraries_for(prepared.ops) if config.onnx_mode == "custom-domain" else [],
             "op_library_namespaces": namespaces_by_library(prepared.ops) if config.onnx_mode == "custom-domain" else {},
+            "eager_check": tolerance,
         }
         exported = convert_onnx(prepared, staging, extras)
     with stage("verify"):
         spec = exported.spec
         try:
             session = load_onnx(staging, spec)
-            checks, reference_outputs = _verify_against_eager(
-                model, inputs, dynamic_dims, config.seed, session.run, "the ONNX file", "onnxruntime"
+            checks, outputs, eager = _verify_against_eager(
+                model, inputs, dynamic_dims, config.seed, session.run, "the ONNX file", "onnxruntime", tolerance
             )
         except PackageError as error:
             # The messages name the file as the user will know it, not its temporary name.
@@ -504,8 +586,8 @@ def _convert_and_verify_onnx(
                 f"not written: {reason}"
             ) from error
         if config.save_reference is not None:
-            _save_reference(config.save_reference, inputs, reference_outputs)
-        passed = list_verdict([report for _, report in checks], config.max_ulp) != FAILED
+            _save_reference(config.save_reference, inputs, outputs, eager)
+        passed = list_verdict([comparison for _, comparison in checks]) != FAILED
         if passed:
             staging.replace(config.output)
     return BuildResult(
@@ -517,8 +599,8 @@ def _convert_and_verify_onnx(
         example_inputs=inputs,
         checks=checks,
         op_libraries=libraries,
+        tolerance=tolerance,
         model_name=model_name,
-        max_ulp=config.max_ulp,
         reference_dir=config.save_reference,
         timings=timings,
         onnx_nodes=exported.nodes,
@@ -621,7 +703,13 @@ def _cached_spec(output: Path, key: str) -> PackageSpec | None:
         spec = read_package_spec(output)
     except PackageError:
         return None
-    return spec if spec.cache_key == key and spec.verified else None
+    if spec.cache_key != key or not spec.verified or spec.eager_check is None:
+        return None
+    try:
+        _recorded_checks(spec, spec.eager_check)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return spec
 
 
 def _staging_path(output: Path, suffix: str = ".pt2") -> Path:
@@ -634,9 +722,12 @@ def _staging_path(output: Path, suffix: str = ".pt2") -> Path:
     return Path(name)
 
 
-def _save_reference(folder: Path, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+def _save_reference(
+    folder: Path, inputs: list[torch.Tensor], outputs: list[torch.Tensor], eager: list[torch.Tensor]
+) -> None:
     save_tensors(folder / REFERENCE_INPUTS, inputs)
     save_tensors(folder / REFERENCE_OUTPUTS, outputs)
+    save_tensors(folder / REFERENCE_EAGER, eager)
 
 
 def _python_ops_error(python_ops: dict[str, str], where: str) -> ExportError:

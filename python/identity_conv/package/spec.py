@@ -10,9 +10,12 @@ document, well-formed or not. Packages written before the document existed carry
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+import torch
 
 from ..errors import PackageError
 from .dtypes import NAMES
@@ -28,6 +31,64 @@ _REEXPORT = "Re-export the package with export_compile."
 class SpecError(PackageError):
     """The spec is missing (kind "missing"), malformed ("malformed"), or of a schema
     version this toolkit cannot read ("unsupported_version")."""
+
+
+# The rules a comparison can be held to (verify/tolerance.py compares under them).
+BITWISE = "bitwise"
+ULP = "ulp"
+CLOSE = "close"
+RULES = (BITWISE, ULP, CLOSE)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """``rule`` is BITWISE, ULP (every element within ``max_ulp`` ULP) or CLOSE
+    (``rtol``/``atol``; None for both means torch.testing's default for each
+    tensor's dtype)."""
+
+    rule: str = BITWISE
+    max_ulp: int = 0
+    rtol: float | None = None
+    atol: float | None = None
+
+    @property
+    def is_default_close(self) -> bool:
+        return self.rule == CLOSE and self.rtol is None
+
+    def resolve(self, dtype: torch.dtype) -> tuple[float, float]:
+        """(rtol, atol) for a tensor of ``dtype`` under the CLOSE rule."""
+        if self.rtol is not None and self.atol is not None:
+            return self.rtol, self.atol
+        from torch.testing._comparison import default_tolerances
+
+        return default_tolerances(dtype)
+
+    def describe(self, dtype: torch.dtype | None = None) -> str:
+        """The rule in a few words, e.g. "bitwise", "within 4 ULP", "rtol 1.3e-06,
+        atol 1e-05" (for ``dtype``), or "torch.testing's rtol/atol for each dtype"."""
+        if self.rule == BITWISE:
+            return "bitwise"
+        if self.rule == ULP:
+            return f"within {self.max_ulp} ULP"
+        if dtype is None and self.is_default_close:
+            return "torch.testing's rtol/atol for each dtype"
+        rtol, atol = self.resolve(dtype if dtype is not None else torch.float32)
+        return f"rtol {fmt(rtol)}, atol {fmt(atol)}"
+
+    def to_document(self) -> dict[str, Any]:
+        """The spec's ``eager_check`` entry."""
+        return {"rule": self.rule, "max_ulp": self.max_ulp, "rtol": self.rtol, "atol": self.atol}
+
+
+def fmt(value: float | None) -> str:
+    """printf %.9g, as the C++ runner prints numbers."""
+    if value is None:
+        return "n/a"
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return f"{value:.9g}"
 
 
 @dataclass(frozen=True)
@@ -101,6 +162,9 @@ class PackageSpec:
     verified: list[list[Any]] = field(default_factory=list)
     # ONNX files only: "portable" or "custom-domain" (see compiler/onnx_export.py).
     onnx_mode: str = ""
+    # The rule compiled code was held to against eager at export, which the runners'
+    # --eager-reference applies too. None in packages from before it was recorded.
+    eager_check: Tolerance | None = None
     aoti: dict[str, str] = field(default_factory=dict)  # AOTI's own entries (CPU ISA, ...)
     schema_version: int = SCHEMA_VERSION  # the version the spec was read from
 
@@ -131,6 +195,7 @@ class PackageSpec:
             "cache_key": self.cache_key,
             "verified": self.verified,
             "onnx_mode": self.onnx_mode,
+            **({} if self.eager_check is None else {"eager_check": self.eager_check.to_document()}),
         }
 
     def to_metadata(self) -> dict[str, str]:
@@ -150,6 +215,7 @@ class PackageSpec:
             ("fake modules", ", ".join(self.fake_modules)),
             ("shared dims", "; ".join(" = ".join(f"input[{i}] dim {d}" for i, d in group) for group in self.shared_dims)),
             ("optimizations", self.optimizations),
+            ("eager check", self.eager_check.describe() if self.eager_check else "not recorded (compare bitwise)"),
             ("identity model", "yes" if self.is_identity else "no"),
             ("torch version", self.torch_version),
             ("platform", f"{self.aoti.get('AOTI_PLATFORM', '')} {self.aoti.get('AOTI_MACHINE', '')}"),
@@ -233,6 +299,26 @@ def _qualified(value: Any, where: str) -> str:
     if not sep or not namespace or not rest:
         raise _malformed(f"{where}: expected a qualified name 'namespace::name', got {json.dumps(name)}")
     return name
+
+
+def _tolerance(value: Any, where: str) -> Tolerance:
+    if not isinstance(value, dict):
+        raise _malformed(f"{where}: expected an object, got {_type_name(value)}")
+    rule = value.get("rule")
+    if rule not in RULES:
+        raise _malformed(f"{where}.rule: expected one of {', '.join(RULES)}, got {json.dumps(rule)}")
+    max_ulp = _int(value.get("max_ulp", 0), f"{where}.max_ulp")
+    bounds = []
+    for key in ("rtol", "atol"):
+        bound = value.get(key)
+        if bound is not None and (type(bound) not in (int, float) or not 0 <= bound < float("inf")):
+            raise _malformed(f"{where}.{key}: expected a finite number >= 0 or null, got {json.dumps(bound)}")
+        bounds.append(None if bound is None else float(bound))
+    if (bounds[0] is None) != (bounds[1] is None):
+        raise _malformed(f"{where}: rtol and atol are both numbers or both null")
+    if rule == ULP and max_ulp == 0:
+        raise _malformed(f"{where}: the ulp rule needs max_ulp >= 1 (0 is the bitwise rule)")
+    return Tolerance(rule, max_ulp if rule == ULP else 0, *(bounds if rule == CLOSE else (None, None)))
 
 
 def parse_document(document: Any) -> PackageSpec:
@@ -345,6 +431,7 @@ def parse_document(document: Any) -> PackageSpec:
         cache_key=_str(get("cache_key", ""), "cache_key"),
         verified=_list(get("verified", []), "verified"),
         onnx_mode=_str(get("onnx_mode", ""), "onnx_mode"),
+        eager_check=None if get("eager_check", None) is None else _tolerance(document["eager_check"], "eager_check"),
         schema_version=version,
     )
 

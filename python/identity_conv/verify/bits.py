@@ -34,16 +34,6 @@ class BitReport:
     max_ulp: float | None = None
     reason: str | None = None  # set when dtype or shape differ
 
-    def within_ulp(self, max_ulp: int) -> bool:
-        """True if bit-identical, or, for ``max_ulp`` > 0, if every element lies within
-        ``max_ulp`` ULP of the reference (and dtype and shape agree). 0 demands
-        bit-identity: -0.0 against +0.0 is 0 ULP apart but not the same bits."""
-        if self.identical:
-            return True
-        if max_ulp == 0 or self.reason or self.max_ulp is None:
-            return False
-        return self.max_ulp <= max_ulp
-
     def __str__(self) -> str:
         if self.identical:
             return "identical"
@@ -171,20 +161,3 @@ def compare_tensor_lists(actual: list[torch.Tensor], expected: list[torch.Tensor
     if len(actual) != len(expected):
         raise VerificationError(f"different numbers of tensors: got {len(actual)}, expected {len(expected)}")
     return [compare_bits(a, e) for a, e in zip(actual, expected)]
-
-
-# The verdict over a list of reports, one rule in both runtimes
-# (cpp_runtime/core/comparison.cpp; tests/contract/comparison_vectors.json).
-PASSED = "passed"
-PASSED_WITHIN_ULP = "passed_within_ulp"  # bits differ, every element within --max-ulp
-FAILED = "failed"
-
-
-def list_verdict(reports: list[BitReport], max_ulp: int = 0) -> str:
-    """PASSED if every report is identical (two empty lists are: nothing differs),
-    PASSED_WITHIN_ULP if every one is within ``max_ulp`` ULP but some bits differ,
-    else FAILED. Lists of different lengths never get here: ``compare_tensor_lists``
-    raises for them."""
-    if not all(report.within_ulp(max_ulp) for report in reports):
-        return FAILED
-    return PASSED if all(report.identical for report in reports) else PASSED_WITHIN_ULP
