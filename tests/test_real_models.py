@@ -185,7 +185,8 @@ def test_a_package_without_a_recorded_rule_keeps_todays_behaviour(examples, buil
     old = edit_spec(example.path, tmp_path / "old.pt2", eager_check=None)
     assert read_package_spec(old).eager_check is None
     inspect = run_cmd(build.runner, old, "--inspect")
-    assert "eager check: not recorded (compare bitwise)" in inspect.stdout, inspect.stdout
+    assert ("eager check: not recorded (--expected compares bitwise; --eager-reference uses torch.testing's "
+            "defaults)") in inspect.stdout, inspect.stdout
     results = _runners(build, example, "--expected", example.reference / "eager.pt", package=old, tmp=tmp_path)
     for runtime, (code, output) in results.items():
         assert code == 1 and "runtime parity: FAILED (bitwise" in output, (runtime, output)

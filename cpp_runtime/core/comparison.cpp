@@ -48,16 +48,24 @@ std::string format_number(double value) {
   return out.str();
 }
 
+at::Tensor as_real(const at::Tensor& tensor) {
+  const auto resolved = tensor.cpu().resolve_conj().resolve_neg().contiguous();
+  return resolved.is_complex() ? at::view_as_real(resolved) : resolved;
+}
+
 // Floats are mapped to integers ordered like the values (-0.0 and +0.0 both to 0), so
-// the distance counts the representable values between them; integers get |a - e|.
+// the distance counts the representable values between them; complex tensors count
+// their real and imaginary parts apart; integers get |a - e|, taken in int64.
 at::Tensor ulp_distance(const at::Tensor& actual_in, const at::Tensor& expected_in) {
-  const auto actual = actual_in.cpu().resolve_conj().resolve_neg().contiguous();
-  const auto expected = expected_in.cpu().resolve_conj().resolve_neg().contiguous();
+  const auto actual = as_real(actual_in);
+  const auto expected = as_real(expected_in);
   if (!at::isFloatingType(expected.scalar_type())) {
-    return (actual.to(at::kDouble) - expected.to(at::kDouble)).abs().flatten();
+    return (actual.to(at::kLong) - expected.to(at::kLong)).abs().flatten().to(at::kDouble);
   }
   const int64_t width_bits = 8 * static_cast<int64_t>(expected.element_size());
-  const auto int_dtype = int_of_width(expected.element_size());
+  // 1-byte floats are viewed as signed bytes, so the sign bit extends.
+  const auto int_dtype =
+      expected.element_size() == 1 ? at::kChar : int_of_width(expected.element_size());
   const int64_t sign_mask = static_cast<int64_t>((uint64_t{1} << (width_bits - 1)) - 1);
   const auto ordered = [&](const at::Tensor& t) {
     const auto bits = t.view(int_dtype).flatten().to(at::kLong);  // sign-extends
@@ -78,21 +86,23 @@ at::Tensor ulp_distance(const at::Tensor& actual_in, const at::Tensor& expected_
 
 BitReport compare_bits(const at::Tensor& actual_in, const at::Tensor& expected_in) {
   BitReport report;
-  const auto actual = actual_in.cpu().resolve_conj().resolve_neg().contiguous();
-  const auto expected = expected_in.cpu().resolve_conj().resolve_neg().contiguous();
+  report.numel = expected_in.numel();
+  if (actual_in.scalar_type() != expected_in.scalar_type()) {
+    report.num_differ = report.numel;
+    report.detail = "dtype differs: got " + dtype_name(actual_in.scalar_type()) + ", expected " +
+                    dtype_name(expected_in.scalar_type());
+    return report;
+  }
+  // Complex numbers are compared as their real and imaginary parts.
+  const auto actual = as_real(actual_in);
+  const auto expected = as_real(expected_in);
+  if (actual_in.sizes() != expected_in.sizes()) {
+    report.num_differ = report.numel;
+    report.detail = "shape differs: got " + format_sizes(actual_in) + ", expected " +
+                    format_sizes(expected_in);
+    return report;
+  }
   report.numel = expected.numel();
-  if (actual.scalar_type() != expected.scalar_type()) {
-    report.num_differ = report.numel;
-    report.detail = "dtype differs: got " + dtype_name(actual.scalar_type()) + ", expected " +
-                    dtype_name(expected.scalar_type());
-    return report;
-  }
-  if (actual.sizes() != expected.sizes()) {
-    report.num_differ = report.numel;
-    report.detail = "shape differs: got " + format_sizes(actual) + ", expected " +
-                    format_sizes(expected);
-    return report;
-  }
   const auto width = static_cast<int64_t>(actual.element_size());
   const auto int_dtype = int_of_width(actual.element_size());
   const auto actual_bits = actual.view(int_dtype).flatten();

@@ -38,6 +38,10 @@ std::string format_number(double value);
 // A ULP distance: an integer, or "inf".
 std::string format_ulp(double value);
 
+// A complex tensor as its (real, imaginary) parts (a trailing dim of 2), on the CPU
+// and contiguous; any other tensor as it is.
+at::Tensor as_real(const at::Tensor& tensor);
+
 // Distance in ULP, element-wise and flat, as double (see bits.py's ulp_distance).
 at::Tensor ulp_distance(const at::Tensor& actual, const at::Tensor& expected);
 

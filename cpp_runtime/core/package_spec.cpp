@@ -511,7 +511,7 @@ PackageSpec spec_from_metadata(const std::map<std::string, std::string>& metadat
   if (it != metadata.end()) {
     try {
       document = json::parse(it->second);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // a syntax error, or a number past double's range
       throw malformed(std::string(kSpecKey) + " is not valid JSON (" + e.what() + ")");
     }
   } else if (metadata.count(std::string(kLegacyPrefix) + "inputs")) {
@@ -564,8 +564,10 @@ std::vector<std::pair<std::string, std::string>> describe_package(const PackageS
   rows.emplace_back("fake modules", join(spec.fake_modules, ", "));
   rows.emplace_back("shared dims", join(groups, "; "));
   rows.emplace_back("optimizations", spec.optimizations);
-  rows.emplace_back("eager check", spec.eager_check ? spec.eager_check->describe()
-                                                    : "not recorded (compare bitwise)");
+  rows.emplace_back("eager check",
+                    spec.eager_check ? spec.eager_check->describe()
+                                     : "not recorded (--expected compares bitwise; --eager-reference "
+                                       "uses torch.testing's defaults)");
   rows.emplace_back("identity model", spec.is_identity ? "yes" : "no");
   rows.emplace_back("torch version", spec.torch_version);
   rows.emplace_back("platform", aoti("AOTI_PLATFORM") + " " + aoti("AOTI_MACHINE"));

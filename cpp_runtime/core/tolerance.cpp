@@ -117,31 +117,39 @@ Comparison compare(const at::Tensor& actual_in, const at::Tensor& expected_in,
     comparison.num_outside = comparison.bits.num_differ;
     return comparison;
   }
-  const auto actual = actual_in.cpu().resolve_conj().resolve_neg().contiguous().flatten();
-  const auto expected = expected_in.cpu().resolve_conj().resolve_neg().contiguous().flatten();
+  const auto actual_real = as_real(actual_in);
+  const auto expected_real = as_real(expected_in);
+  const auto actual = actual_real.flatten();
+  const auto expected = expected_real.flatten();
   at::Tensor outside;
   if (tolerance.rule == Rule::kUlp) {
     outside = ulp_distance(actual, expected).gt(static_cast<double>(tolerance.max_ulp));
   } else {
     const auto [rtol, atol] = tolerance.resolve(comparison.dtype);
-    outside = at::isclose(actual.to(at::kDouble), expected.to(at::kDouble), rtol, atol,
-                          /*equal_nan=*/true)
-                  .logical_not();
+    if (!at::isFloatingType(expected.scalar_type()) && rtol == 0 && atol == 0) {
+      outside = actual.ne(expected);  // exactly, past double's 53 bits
+    } else {
+      outside = at::isclose(actual.to(at::kDouble), expected.to(at::kDouble), rtol, atol,
+                            /*equal_nan=*/true)
+                    .logical_not();
+    }
   }
   comparison.num_outside = outside.sum().item<int64_t>();
   if (comparison.num_outside > 0) {
     int64_t rest = outside.nonzero().flatten()[0].item<int64_t>();
     const int64_t flat = rest;
     std::vector<std::string> index;
-    for (int64_t d = expected_in.dim() - 1; d >= 0; --d) {
-      index.push_back(std::to_string(rest % expected_in.size(d)));
-      rest /= expected_in.size(d);
+    for (int64_t d = expected_real.dim() - 1; d >= 0; --d) {
+      index.push_back(std::to_string(rest % expected_real.size(d)));
+      rest /= expected_real.size(d);
     }
     std::reverse(index.begin(), index.end());
-    comparison.first_outside =
-        "[" + join(index, ", ") + "]: got " +
-        format_number(actual[flat].to(at::kDouble).item<double>()) + ", expected " +
-        format_number(expected[flat].to(at::kDouble).item<double>());
+    // Appended piece by piece: gcc 12 warns (-Wrestrict) on "literal" + std::string&&.
+    std::string first = "[";
+    first += join(index, ", ");
+    first += "]: got " + format_number(actual[flat].to(at::kDouble).item<double>());
+    first += ", expected " + format_number(expected[flat].to(at::kDouble).item<double>());
+    comparison.first_outside = first;
   }
   return comparison;
 }
@@ -198,7 +206,7 @@ std::string verdict_line(const std::vector<Comparison>& comparisons) {
                          : std::to_string(outside) + " of " + std::to_string(numel) +
                                " elements outside the tolerance";
   if (verdict == Verdict::kPassedWithinTolerance) {
-    const auto within = rule.rfind("within ", 0) == 0 ? rule : "within " + rule;
+    const std::string within = rule.rfind("within ", 0) == 0 ? rule : std::string("within ") + rule;
     return "PASSED (NOT bit-identical, " + within + ": " + stats + "; " + count + ")";
   }
   return "FAILED (" + rule + ": " + stats + "; " + count + ")";

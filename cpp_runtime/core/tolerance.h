@@ -57,8 +57,9 @@ struct Comparison {
   int64_t num_outside = 0;
   std::string first_outside;  // "[i, j]: got X, expected Y"
 
+  // A dtype or shape difference fails, even with no element to count.
   bool passed() const {
-    return num_outside == 0;
+    return num_outside == 0 && !bits.mismatched();
   }
   std::string rule() const {
     return tolerance.describe(dtype);
@@ -69,7 +70,9 @@ struct Comparison {
 
 // Bits first (compare_bits); differing elements are then held to the rule. kClose is
 // at::isclose in double with equal_nan, as torch.testing compares: NaN must face
-// NaN, ±inf the same inf. A dtype or shape difference puts every element outside.
+// NaN, ±inf the same inf. Integers with rtol and atol 0 (their default) compare
+// exactly. Complex tensors are compared as their real and imaginary parts. A dtype or
+// shape difference always fails.
 Comparison compare(const at::Tensor& actual, const at::Tensor& expected,
                    const Tolerance& tolerance);
 

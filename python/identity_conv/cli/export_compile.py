@@ -119,7 +119,7 @@ IDENTITY_PANEL = "Built-in IdentityModel (the default)"
         "before compiling, since the C++ runtime has no Python; --allow-python-ops writes a "
         "package for the Python runtime only.\n\n"
         "export_compile onnx writes an ONNX file instead (default artifacts/model.onnx) and "
-        "checks it in onnxruntime bit-for-bit. --onnx-mode portable (the default) translates "
+        "checks it in onnxruntime against eager, under the same rule as a package. --onnx-mode portable (the default) translates "
         "each custom op and torchbind method to standard ONNX ops, so any ONNX runtime runs "
         "the file; custom-domain writes them as nodes of their own domain (my_ops), with the "
         "class state as attributes, which only a runtime given their kernels runs (run_inference "
@@ -389,12 +389,11 @@ def export_compile(
 
 
 def _describe_rule(result: BuildResult) -> str:
-    """The rule and where it came from, as recorded in the package."""
+    """The rule, and whether the package records it (only a package that passed does)."""
     rule = result.tolerance.describe()
     if result.tolerance.is_default_close:
-        dtypes = sorted({comparison.rule for _, comparison in result.checks})
-        return f"{rule} ({'; '.join(dtypes)}), recorded in the package"
-    return f"{rule}, recorded in the package"
+        rule += f" ({'; '.join(sorted({comparison.rule for _, comparison in result.checks}))})"
+    return rule + (", recorded in the package" if result.written else "")
 
 
 def main() -> None:

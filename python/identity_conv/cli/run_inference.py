@@ -163,10 +163,13 @@ def run_inference(
             )
             passed = False
             continue
-        comparisons = [
-            (f"verify: output[{i}] vs {check.reference_name}[{i}]", compare(result, reference, check.tolerance))
-            for i, (result, reference) in enumerate(zip(results, check.references))
-        ]
+        try:
+            comparisons = [
+                (f"verify: output[{i}] vs {check.reference_name}[{i}]", compare(result, reference, check.tolerance))
+                for i, (result, reference) in enumerate(zip(results, check.references))
+            ]
+        except Exception as error:  # e.g. tensors of a width with no integer twin: exit 2, not 1
+            exit_with(error)
         passed = print_check(check.name, comparisons) and passed
     console.print(verdict(passed))
     if not passed:

@@ -353,7 +353,11 @@ def export_and_compile(
         calls = GraphCalls(sorted({op.name for op in cached.required_ops}), cached.required_classes)
         graph = "(the package at the output was built from the same inputs: export and compile skipped)"
         staging = _staging_path(config.output)
-        shutil.copyfile(config.output, staging)
+        try:
+            shutil.copyfile(config.output, staging)
+        except BaseException:
+            staging.unlink(missing_ok=True)
+            raise
         package_path = staging
     else:
         calls, graph, package_path, staging = _export_and_compile_package(

@@ -26,6 +26,8 @@ SCHEMA_VERSION = 2
 LEGACY_PREFIX = "identity_conv."
 _INT64_MAX = 2**63 - 1
 _REEXPORT = "Re-export the package with export_compile."
+# What the runners do for a package from before the eager check was recorded.
+_NO_EAGER_CHECK = "not recorded (--expected compares bitwise; --eager-reference uses torch.testing's defaults)"
 
 
 class SpecError(PackageError):
@@ -215,7 +217,7 @@ class PackageSpec:
             ("fake modules", ", ".join(self.fake_modules)),
             ("shared dims", "; ".join(" = ".join(f"input[{i}] dim {d}" for i, d in group) for group in self.shared_dims)),
             ("optimizations", self.optimizations),
-            ("eager check", self.eager_check.describe() if self.eager_check else "not recorded (compare bitwise)"),
+            ("eager check", self.eager_check.describe() if self.eager_check else _NO_EAGER_CHECK),
             ("identity model", "yes" if self.is_identity else "no"),
             ("torch version", self.torch_version),
             ("platform", f"{self.aoti.get('AOTI_PLATFORM', '')} {self.aoti.get('AOTI_MACHINE', '')}"),
@@ -313,7 +315,10 @@ def _tolerance(value: Any, where: str) -> Tolerance:
         bound = value.get(key)
         if bound is not None and (type(bound) not in (int, float) or not 0 <= bound < float("inf")):
             raise _malformed(f"{where}.{key}: expected a finite number >= 0 or null, got {json.dumps(bound)}")
-        bounds.append(None if bound is None else float(bound))
+        try:
+            bounds.append(None if bound is None else float(bound))
+        except OverflowError:  # an integer past float's range
+            raise _malformed(f"{where}.{key}: expected a finite number >= 0 or null, got {json.dumps(bound)}") from None
     if (bounds[0] is None) != (bounds[1] is None):
         raise _malformed(f"{where}: rtol and atol are both numbers or both null")
     if rule == ULP and max_ulp == 0:

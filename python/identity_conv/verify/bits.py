@@ -66,15 +66,20 @@ def ulp_distance(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
 
     Floats are mapped to integers that are ordered like the values (-0.0 and +0.0
     both to 0), so the distance counts the representable values between them.
-    Integer and bool tensors get their absolute difference.
+    Complex tensors count their real and imaginary parts apart (``as_real``).
+    Integer and bool tensors get their absolute difference, taken in int64.
     """
+    actual, expected = as_real(actual), as_real(expected)
     if not expected.dtype.is_floating_point:
-        return (actual.detach().cpu().to(torch.float64) - expected.detach().cpu().to(torch.float64)).abs()
+        return (actual.detach().cpu().to(torch.int64) - expected.detach().cpu().to(torch.int64)).abs().flatten().double()
     width_bits = 8 * expected.element_size()
     sign_mask = (1 << (width_bits - 1)) - 1
 
     def ordered(tensor: torch.Tensor) -> torch.Tensor:
-        bits = bit_view(tensor).to(torch.int64)  # sign-extends narrower widths
+        bits = bit_view(tensor)
+        if bits.dtype == torch.uint8:
+            bits = bits.view(torch.int8)  # 1-byte floats: the sign bit must extend
+        bits = bits.to(torch.int64)  # sign-extends narrower widths
         magnitude = bits & sign_mask
         return torch.where(bits < 0, -magnitude, magnitude)
 
@@ -89,6 +94,14 @@ def ulp_distance(actual: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
     e_nan = expected.detach().cpu().flatten().isnan()
     distance = torch.where(a_nan & e_nan, torch.zeros_like(distance), distance)
     return torch.where(a_nan ^ e_nan, torch.full_like(distance, float("inf")), distance)
+
+
+def as_real(tensor: torch.Tensor) -> torch.Tensor:
+    """A complex tensor as its (real, imaginary) parts (a trailing dim of 2), so every
+    comparison sees both; any other tensor as it is."""
+    if tensor.is_complex():
+        return torch.view_as_real(tensor.detach().cpu().resolve_conj().resolve_neg().contiguous())
+    return tensor
 
 
 def bit_view(tensor: torch.Tensor) -> torch.Tensor:
@@ -119,6 +132,9 @@ def compare_bits(actual: torch.Tensor, expected: torch.Tensor) -> BitReport:
         return BitReport(
             False, numel, numel, reason=f"shape differs: got {list(actual.shape)}, expected {list(expected.shape)}"
         )
+    # Complex numbers are compared as their real and imaginary parts.
+    actual, expected = as_real(actual), as_real(expected)
+    numel = expected.numel()
     if actual.element_size() not in _INT_OF_WIDTH:
         raise InputError(
             f"cannot compare bits of {actual.dtype}: elements of {actual.element_size()} bytes "

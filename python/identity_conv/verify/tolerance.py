@@ -15,7 +15,7 @@ import torch
 
 from ..errors import InputError
 from ..package.spec import BITWISE, CLOSE, RULES, ULP, Tolerance, fmt
-from .bits import BitReport, compare_bits, ulp_distance
+from .bits import BitReport, as_real, compare_bits, ulp_distance
 
 __all__ = [
     "BITWISE", "CLOSE", "RULES", "ULP", "Check", "Comparison", "Tolerance", "compare", "fmt", "list_verdict",
@@ -51,8 +51,8 @@ def tolerance_from_options(
     for flag, value in (("--rtol", rtol), ("--atol", atol)):
         if value is not None and not (value >= 0 and math.isfinite(value)):
             raise InputError(f"{flag} must be a finite number >= 0, got {value}")
-    if max_ulp is not None and max_ulp < 0:
-        raise InputError(f"--max-ulp must be >= 0, got {max_ulp}")
+    if max_ulp is not None and not 0 <= max_ulp <= 2**63 - 1:
+        raise InputError(f"--max-ulp must be an integer in [0, 2^63 - 1], got {max_ulp}")
     if bitwise or max_ulp == 0:
         return Tolerance(BITWISE)
     if max_ulp is not None:
@@ -75,7 +75,8 @@ class Comparison:
 
     @property
     def passed(self) -> bool:
-        return self.num_outside == 0
+        # A dtype or shape difference fails, even with no element to count.
+        return self.num_outside == 0 and not self.bits.reason
 
     @property
     def rule(self) -> str:
@@ -95,26 +96,31 @@ def compare(actual: torch.Tensor, expected: torch.Tensor, tolerance: Tolerance) 
     Bits are compared first (``compare_bits``); elements that differ are then held to
     the rule. CLOSE is torch.isclose in float64 with equal_nan, as
     torch.testing.assert_close compares: NaN must face NaN, ±inf the same inf, and a
-    NaN where the reference has a number is outside any tolerance. A dtype or shape
-    difference puts every element outside.
+    NaN where the reference has a number is outside any tolerance. Integers with
+    rtol and atol 0 (their default) compare exactly. Complex tensors are compared as
+    their real and imaginary parts. A dtype or shape difference always fails.
     """
     bits = compare_bits(actual, expected)
     if bits.identical:
         return Comparison(bits, tolerance, expected.dtype, 0)
     if bits.reason or tolerance.rule == BITWISE:
         return Comparison(bits, tolerance, expected.dtype, bits.num_differ)
-    a = actual.detach().cpu().resolve_conj().resolve_neg().flatten()
-    e = expected.detach().cpu().resolve_conj().resolve_neg().flatten()
+    a_real, e_real = as_real(actual), as_real(expected)
+    a = a_real.detach().cpu().resolve_neg().flatten()
+    e = e_real.detach().cpu().resolve_neg().flatten()
     if tolerance.rule == ULP:
         outside = ulp_distance(actual, expected) > tolerance.max_ulp
     else:
         rtol, atol = tolerance.resolve(expected.dtype)
-        outside = ~torch.isclose(a.double(), e.double(), rtol=rtol, atol=atol, equal_nan=True)
+        if not e.dtype.is_floating_point and rtol == 0 and atol == 0:
+            outside = a != e  # exactly, past float64's 53 bits
+        else:
+            outside = ~torch.isclose(a.double(), e.double(), rtol=rtol, atol=atol, equal_nan=True)
     num_outside = int(outside.sum())
     first = ""
     if num_outside:
         flat = int(outside.nonzero()[0])
-        index = ", ".join(str(int(i)) for i in torch.unravel_index(torch.tensor(flat), tuple(expected.shape)))
+        index = ", ".join(str(int(i)) for i in torch.unravel_index(torch.tensor(flat), tuple(e_real.shape)))
         first = f"[{index}]: got {fmt(float(a[flat]))}, expected {fmt(float(e[flat]))}"
     return Comparison(bits, tolerance, expected.dtype, num_outside, first)
 
