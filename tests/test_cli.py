@@ -134,11 +134,17 @@ def test_compare_tensors(tmp_path):
     assert differ.exit_code == 1 and "1 of 2 elements differ" in differ.output
 
 
-def test_compare_tensors_unsupported_dtype_exits_2(tmp_path):
-    c = save_tensors(tmp_path / "c.pt", [torch.zeros(2, dtype=torch.complex128)])
-    result = runner.invoke(compare_app, [str(c), str(c)])
-    assert result.exit_code == 2
-    assert "cannot compare bits of torch.complex128" in result.output
+def test_compare_tensors_compares_both_parts_of_complex_numbers(tmp_path):
+    """complex128 has no 16-byte integer twin: it is compared as its real and
+    imaginary parts, so a difference in the imaginary part alone is found."""
+    a = torch.zeros(2, dtype=torch.complex128)
+    b = a.clone()
+    b[1] = 1j
+    same = runner.invoke(compare_app, [str(save_tensors(tmp_path / "a.pt", [a])), str(tmp_path / "a.pt")])
+    assert same.exit_code == 0 and "compare: PASSED (bit-identical)" in same.output, same.output
+    differ = runner.invoke(compare_app, [str(tmp_path / "a.pt"), str(save_tensors(tmp_path / "b.pt", [b]))])
+    assert differ.exit_code == 1, differ.output
+    assert "1 of 4 elements differ; first at [1, 1]: got 0 (0x0000000000000000), expected 1" in differ.output
 
 
 @pytest.mark.parametrize(
