@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iomanip>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <optional>
@@ -18,6 +19,7 @@
 
 #include "aoti_package.h"
 #include "bench.h"
+#include "bundle.h"
 #include "errors.h"
 #include "op_libraries.h"
 #include "package_file.h"
@@ -30,6 +32,7 @@
 namespace {
 
 constexpr const char* kUsage = R"(Usage: aoti_runner <model.pt2> [OP_LIBRARY.so ...] [options]
+       aoti_runner <BUNDLE_DIR> [options]
 
 Runs an AOTInductor package written by export_compile, with no Python in the
 process, and checks its outputs. Two checks, each named in the output:
@@ -47,8 +50,21 @@ classes it registers are there for the package. The package's recorded input
 specs are checked before anything runs. A package that calls ops only Python can
 run (export_compile --allow-python-ops) is refused up front.
 
+A bundle (export_compile --bundle DIR, or the bundle command) is a folder with
+model.pt2, the op libraries its package records, and an OpenSSF Model Signing
+signature model.sig. Its op libraries are loaded from it, in the recorded order.
+With a trusted key, the bundle is copied into a private folder (0700), the copy's
+signature and every file's SHA-256 are verified, and only the copy is loaded:
+nothing native runs before it is checked. An unsigned bundle, a bare .pt2, a
+signature by another key or any changed, added or missing file is refused (exit 2).
+
 Options:
-  --op-lib FILE          another op library to load (repeatable)
+  --op-lib FILE          another op library to load (repeatable; not with a bundle)
+  --trusted-key PUB.pem  verify the bundle's signature with this EC public key
+                         (default: $IDENTITY_CONV_TRUSTED_KEY); refuse anything
+                         unsigned
+  --require-signature    refuse an unsigned bundle or a bare package, and a signed
+                         bundle when no trusted key is set
   --inputs FILE          read the inputs from FILE: a list of tensors written by
                          torch.save([t, ...], FILE) or by --outputs
   --outputs FILE         write the outputs to FILE in the same format
@@ -83,7 +99,10 @@ Benchmark (timing inside this process; outputs of every run are checked):
   --pin-threads          pin serving thread t to the t-th CPU this process may use
   --bench-json FILE      also write the results as JSON
   --inspect              print what the package records (inputs, device, required
-                         ops and classes, torch version, CPU ISA) and exit
+                         ops and classes, torch version, CPU ISA) and exit; for a
+                         bundle also its signature's key hint and each file's
+                         SHA-256 against the signed one (verified only with a
+                         trusted key)
   --list-loaded-objects  print every shared object mapped into this process
   -h, --help             show this help
 
@@ -94,6 +113,7 @@ Examples:
   aoti_runner artifacts/model.pt2 build/libidentity_conv_ops.so
   aoti_runner my_model.pt2 build/libidentity_conv_ops.so --op-lib build/libextra_ops.so \
       --inputs ref/inputs.pt --expected ref/expected.pt --eager-reference ref/eager.pt
+  aoti_runner artifacts/bundle --trusted-key keys/signing.pub
 )";
 
 struct Options {
@@ -115,6 +135,8 @@ struct Options {
   std::string bench_json;
   bool list_loaded_objects = false;
   bool inspect = false;
+  std::string trusted_key;
+  bool require_signature = false;
 };
 
 std::string take_value(int argc, char** argv, int& i) {
@@ -253,6 +275,13 @@ Options parse_args(int argc, char** argv) {
       options.bench.pin_threads = true;
     } else if (arg == "--bench-json") {
       options.bench_json = take_value(argc, argv, i);
+    } else if (arg == "--trusted-key") {
+      options.trusted_key = take_value(argc, argv, i);
+      if (options.trusted_key.empty()) {
+        throw aoti_runner::RunnerError("--trusted-key needs a path to a PEM public key.");
+      }
+    } else if (arg == "--require-signature") {
+      options.require_signature = true;
     } else if (arg == "--inspect") {
       options.inspect = true;
     } else if (arg == "--list-loaded-objects") {
@@ -340,23 +369,64 @@ int verify_outputs(const Options& options, const aoti_runner::PackageSpec& spec,
   return passed ? kExitPass : kExitMismatch;
 }
 
+// --inspect: what the package records and, for a bundle, its files against the
+// signature (verified first when a trusted key is set).
+int inspect(const Options& options, const aoti_runner::TrustPolicy& policy) {
+  using namespace aoti_runner;
+  std::error_code ec;
+  const bool bundle = std::filesystem::is_directory(options.package, ec);
+  std::optional<BundleLayout> layout;
+  if (bundle) {
+    layout = read_bundle_layout(options.package);
+  }
+  PackageSpec spec;
+  if (!policy.trusted_key.empty() || policy.require_signature) {
+    const auto model = open_model(options.package, policy);
+    spec = model.spec;
+    if (!model.status.empty()) {
+      std::cout << model.status << "\n";
+    }
+  } else {
+    spec = read_package_spec(bundle ? options.package + "/" + kBundlePackage : options.package);
+  }
+  std::cout << "package: " << options.package << "\n";
+  for (const auto& [name, value] : describe_package(spec)) {
+    std::cout << name << ": " << value << "\n";
+  }
+  if (layout) {
+    for (const auto& [name, value] : describe_bundle(*layout)) {
+      std::cout << name << ": " << value << "\n";
+    }
+  }
+  return kExitPass;
+}
+
 int run(const Options& options) {
   using namespace aoti_runner;
   const auto malloc_policy = parse_malloc_policy(options.malloc_policy);
   apply_malloc_policy(malloc_policy);
-  const auto spec = read_package_spec(options.package);
+  const auto policy = trust_policy(options.trusted_key, options.require_signature);
   if (options.inspect) {
-    std::cout << "package: " << options.package << "\n";
-    for (const auto& [name, value] : describe_package(spec)) {
-      std::cout << name << ": " << value << "\n";
-    }
-    return kExitPass;
+    return inspect(options, policy);
   }
+  std::error_code ec;
+  if (std::filesystem::is_directory(options.package, ec) && !options.libraries.empty()) {
+    throw RunnerError("a bundle carries its own op libraries; do not pass op libraries with it (got " +
+                      options.libraries.front() + ")");
+  }
+  // The trust policy first: with a trusted key, what loads below is the verified
+  // private copy, and nothing native has run before this returns.
+  const auto model = open_model(options.package, policy);
+  if (!model.status.empty()) {
+    std::cout << model.status << "\n";
+  }
+  const auto& spec = model.spec;
+  const auto& libraries = model.is_bundle ? model.op_libraries : options.libraries;
   // Everything the spec alone can refuse is refused before any op library loads.
   const auto host = this_host();
   check_runs_here(spec, host);
-  load_op_libraries(options.libraries);
-  for (const auto& lib : options.libraries) {
+  load_op_libraries(libraries);
+  for (const auto& lib : libraries) {
     std::cout << "loaded op library " << lib << "\n";
   }
   check_required_symbols(spec, host);
@@ -380,7 +450,7 @@ int run(const Options& options) {
     auto bench_options = options.bench;
     bench_options.iterations = options.bench_iterations;
     bench_options.floor = spec.is_identity ? Floor::kIdentityFourCopies : Floor::kCopyInputsOutputs;
-    const auto result = bench_package(options.package, ready, bench_options);
+    const auto result = bench_package(model.package, ready, bench_options);
     std::cout << describe_bench(result, describe_malloc_policy(malloc_policy));
     const auto json = bench_json(result, options.malloc_policy);
     std::cout << "bench json: " << json << "\n";
@@ -398,7 +468,7 @@ int run(const Options& options) {
     }
     outputs = result.reference_outputs;
   } else {
-    outputs = run_package(options.package, ready);
+    outputs = run_package(model.package, ready);
   }
   std::cout << "ran " << options.package << ": " << outputs.size() << " output(s)\n";
   if (!options.outputs.empty()) {

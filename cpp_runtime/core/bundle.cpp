@@ -1,0 +1,322 @@
+#include "bundle.h"
+
+#include "digest.h"
+#include "errors.h"
+#include "package_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <sstream>
+#include <vector>
+
+namespace aoti_runner {
+namespace fs = std::filesystem;
+namespace {
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) {
+    out.append(out.empty() ? "" : ", ").append(item);
+  }
+  return out.empty() ? "none" : out;
+}
+
+// Closes a file descriptor on scope exit.
+struct Descriptor {
+  int fd = -1;
+  ~Descriptor() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+[[noreturn]] void copy_failed(const std::string& what, const std::string& path) {
+  throw RunnerError("could not copy the bundle into a private folder: " + what + " " + path + ": " +
+                    std::strerror(errno));
+}
+
+std::string format_megabytes(uint64_t bytes) {
+  std::ostringstream text;
+  text.setf(std::ios::fixed);
+  text.precision(1);
+  text << static_cast<double>(bytes) / 1e6 << " MB";
+  return text.str();
+}
+
+std::string hash_file(const std::string& path) {
+  Descriptor in{open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)};
+  if (in.fd < 0) {
+    throw RunnerError("could not read " + path + ": " + std::strerror(errno));
+  }
+  Sha256 hasher;
+  std::vector<char> buffer(1 << 20);
+  ssize_t got = 0;
+  while ((got = read(in.fd, buffer.data(), buffer.size())) > 0) {
+    hasher.update(buffer.data(), static_cast<size_t>(got));
+  }
+  if (got < 0) {
+    throw RunnerError("could not read " + path + ": " + std::strerror(errno));
+  }
+  return to_hex(hasher.finish());
+}
+
+}  // namespace
+
+BundleLayout read_bundle_layout(const std::string& dir) {
+  BundleLayout layout;
+  layout.dir = dir;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const auto name = entry.path().filename().string();
+    // symlink_status: a link is refused, whatever it points at.
+    if (!fs::is_regular_file(entry.symlink_status())) {
+      throw RunnerError(dir + "/" + name +
+                            ": not a regular file (a symlink, directory or other); a bundle holds "
+                            "only regular files",
+                        "bundle_layout");
+    }
+    if (name != kBundlePackage && name != kBundleSignature && !ends_with(name, ".so")) {
+      throw RunnerError(dir + "/" + name +
+                            ": unexpected file in the bundle; a bundle holds model.pt2, the op "
+                            "libraries (.so) its package records, and model.sig",
+                        "bundle_layout");
+    }
+    layout.files.push_back(name);
+    if (ends_with(name, ".so")) layout.libraries.push_back(name);
+    if (name == kBundleSignature) layout.is_signed = true;
+  }
+  if (ec) {
+    throw RunnerError("could not read the bundle " + dir + ": " + ec.message(), "bundle_layout");
+  }
+  std::sort(layout.files.begin(), layout.files.end());
+  std::sort(layout.libraries.begin(), layout.libraries.end());
+  if (std::find(layout.files.begin(), layout.files.end(), kBundlePackage) == layout.files.end()) {
+    throw RunnerError(dir + ": not a bundle: no model.pt2 in it", "bundle_layout");
+  }
+  return layout;
+}
+
+std::vector<std::string> bundle_libraries(const PackageSpec& spec, const BundleLayout& layout,
+                                          const std::string& base) {
+  std::vector<std::string> recorded;
+  for (const auto& library : spec.op_libraries) {
+    recorded.push_back(fs::path(library).filename().string());
+  }
+  std::vector<std::string> paths;
+  for (const auto& name : recorded) {
+    if (std::find(layout.libraries.begin(), layout.libraries.end(), name) == layout.libraries.end()) {
+      throw RunnerError(layout.dir + ": the package needs " + name +
+                            ", which the bundle does not hold; rebuild the bundle with: bundle "
+                            "PACKAGE --output DIR --op-lib PATH/" + name,
+                        "bundle_layout");
+    }
+    paths.push_back((fs::path(base) / name).string());
+  }
+  for (const auto& name : layout.libraries) {
+    if (std::find(recorded.begin(), recorded.end(), name) == recorded.end()) {
+      throw RunnerError(layout.dir + "/" + name +
+                            ": the package does not record this op library (it records: " +
+                            join(recorded) + "); remove it or rebuild the bundle",
+                        "bundle_layout");
+    }
+  }
+  return paths;
+}
+
+TrustPolicy trust_policy(const std::string& flag_key, bool require_signature) {
+  TrustPolicy policy;
+  policy.require_signature = require_signature;
+  if (!flag_key.empty()) {
+    policy.trusted_key = flag_key;
+    policy.source = "--trusted-key";
+  } else if (const char* env = std::getenv(kTrustedKeyEnv); env != nullptr && *env != '\0') {
+    policy.trusted_key = env;
+    policy.source = std::string("$") + kTrustedKeyEnv;
+  }
+  return policy;
+}
+
+PrivateCopy::PrivateCopy(const BundleLayout& layout) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = (tmp != nullptr && *tmp != '\0' ? std::string(tmp) : std::string("/tmp"));
+  pattern.append("/identity_conv_bundle_XXXXXX");
+  if (mkdtemp(pattern.data()) == nullptr) {  // mode 0700
+    copy_failed("creating", pattern);
+  }
+  dir_ = pattern;
+  try {
+    std::vector<char> buffer(1 << 20);
+    for (const auto& name : layout.files) {
+      const auto source = layout.dir + "/" + name;
+      const auto target = dir_ + "/" + name;
+      // O_NOFOLLOW + fstat: what is copied is the regular file the layout saw, even
+      // if the name was swapped for a link since.
+      Descriptor in{open(source.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)};
+      struct stat info {};
+      if (in.fd < 0 || fstat(in.fd, &info) != 0) copy_failed("opening", source);
+      if (!S_ISREG(info.st_mode)) {
+        throw RunnerError(source + ": not a regular file (a symlink, directory or other); a bundle "
+                                   "holds only regular files",
+                          "bundle_layout");
+      }
+      Descriptor out{open(target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0700)};
+      if (out.fd < 0) copy_failed("creating", target);
+      Sha256 hasher;
+      ssize_t got = 0;
+      while ((got = read(in.fd, buffer.data(), buffer.size())) > 0) {
+        hasher.update(buffer.data(), static_cast<size_t>(got));
+        for (ssize_t done = 0; done < got;) {
+          const auto wrote = write(out.fd, buffer.data() + done, static_cast<size_t>(got - done));
+          if (wrote < 0) copy_failed("writing", target);
+          done += wrote;
+        }
+        bytes_ += static_cast<uint64_t>(got);
+      }
+      if (got < 0) copy_failed("reading", source);
+      digests_[name] = to_hex(hasher.finish());
+    }
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+    throw;
+  }
+}
+
+PrivateCopy::~PrivateCopy() {
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+}
+
+OpenedModel open_model(const std::string& path, const TrustPolicy& policy) {
+  OpenedModel model;
+  model.origin = path;
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    // A bare package: unsigned by definition.
+    if (!policy.trusted_key.empty() || policy.require_signature) {
+      if (fs::exists(path, ec)) {
+        const auto why = policy.trusted_key.empty()
+                             ? std::string("--require-signature is set")
+                             : "a trusted key is set (" + policy.source + ")";
+        throw RunnerError(path + " is a bare package, and " + why +
+                              ", so only a signed bundle may run. Make one: bundle " + path +
+                              " --output DIR --sign-key KEY.pem",
+                          "unsigned");
+      }
+    }
+    model.package = path;
+    model.spec = read_package_spec(path);
+    return model;
+  }
+  model.is_bundle = true;
+  const auto layout = read_bundle_layout(path);
+  model.is_signed = layout.is_signed;
+  const auto signature_shown = path + "/" + kBundleSignature;
+  if (policy.trusted_key.empty()) {
+    if (policy.require_signature) {
+      if (!layout.is_signed) {
+        throw RunnerError(path + " is not signed (no model.sig), and --require-signature is set, so "
+                                 "it is refused. Sign it: bundle " + path + " --output " + path +
+                              " --sign-key KEY.pem",
+                          "unsigned");
+      }
+      throw RunnerError("--require-signature: " + path +
+                            " is signed, but no trusted key is set to verify it with; pass "
+                            "--trusted-key PUB.pem or set " + kTrustedKeyEnv,
+                        "no_trusted_key");
+    }
+    model.package = path + "/" + kBundlePackage;
+    model.spec = read_package_spec(model.package);
+    model.op_libraries = bundle_libraries(model.spec, layout, path);
+    if (layout.is_signed) {
+      model.status = std::string("signature: not verified (no trusted key; pass --trusted-key "
+                                 "PUB.pem or set ") + kTrustedKeyEnv + ")";
+    }
+    return model;
+  }
+  if (!layout.is_signed) {
+    throw RunnerError(path + " is not signed (no model.sig), and a trusted key is set (" +
+                          policy.source + "), so it is refused. Sign it: bundle " + path +
+                          " --output " + path + " --sign-key KEY.pem",
+                      "unsigned");
+  }
+  const auto started = std::chrono::steady_clock::now();
+  const auto key = TrustedKey::load(policy.trusted_key);
+  model.copy = std::make_shared<PrivateCopy>(layout);
+  const auto& copy = *model.copy;
+  auto manifest = verify_signature(copy.dir() + "/" + kBundleSignature, key, signature_shown);
+  auto on_disk = copy.digests();
+  on_disk.erase(kBundleSignature);
+  check_signed_files(manifest, on_disk, path);
+  model.verify_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  model.verified = true;
+  model.package = copy.dir() + "/" + kBundlePackage;
+  model.spec = read_package_spec(model.package);
+  model.op_libraries = bundle_libraries(model.spec, layout, copy.dir());
+  std::ostringstream status;
+  status.setf(std::ios::fixed);
+  status.precision(1);
+  status << "signature: verified " << on_disk.size() << " files (" << format_megabytes(copy.bytes())
+         << ") with " << key.path() << " (key hint " << short_digest(key.hint()) << ") in "
+         << model.verify_ms << " ms; running the private copy " << copy.dir();
+  model.status = status.str();
+  model.signature = std::move(manifest);
+  return model;
+}
+
+std::vector<std::pair<std::string, std::string>> describe_bundle(const BundleLayout& layout) {
+  std::vector<std::pair<std::string, std::string>> lines;
+  lines.emplace_back("bundle", layout.dir);
+  std::optional<SignedManifest> manifest;
+  if (!layout.is_signed) {
+    lines.emplace_back("signature", "not signed");
+  } else {
+    try {
+      manifest = read_signature(layout.dir + "/" + kBundleSignature);
+      lines.emplace_back("signature", std::string(kBundleSignature) + ", key hint " +
+                                          manifest->key_hint + ", " +
+                                          std::to_string(manifest->files.size()) +
+                                          " files (not verified: the runners verify it with "
+                                          "--trusted-key)");
+    } catch (const RunnerError& e) {
+      lines.emplace_back("signature", e.what());
+    }
+  }
+  std::map<std::string, std::string> signed_files;
+  if (manifest) {
+    for (const auto& file : manifest->files) signed_files.emplace(file.name, file.sha256);
+  }
+  for (const auto& name : layout.files) {
+    if (name == kBundleSignature) continue;
+    const auto digest = hash_file(layout.dir + "/" + name);
+    std::string note;
+    if (manifest) {
+      const auto it = signed_files.find(name);
+      note = it == signed_files.end() ? " (not in the signature)"
+             : it->second == digest   ? " (as signed)"
+                                      : " (differs from the signature)";
+    }
+    lines.emplace_back("sha256 " + name, digest + note);
+  }
+  for (const auto& [name, digest] : signed_files) {
+    if (std::find(layout.files.begin(), layout.files.end(), name) == layout.files.end()) {
+      lines.emplace_back("sha256 " + name, "missing (signed " + digest + ")");
+    }
+  }
+  return lines;
+}
+
+}  // namespace aoti_runner

@@ -1,0 +1,91 @@
+// Deploy bundles: a folder holding model.pt2, the op libraries its spec records, and
+// optionally model.sig (OpenSSF Model Signing). open_model applies the trust policy:
+// with a trusted key, the bundle is copied into a private (0700) folder, the copy is
+// verified, and only the copy is loaded, so nothing native runs before it is checked.
+// Pairs with python/identity_conv/package/bundle.py and runtime/trust.py.
+#pragma once
+
+#include "package_spec.h"
+#include "signature.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace aoti_runner {
+
+inline constexpr const char* kBundlePackage = "model.pt2";
+inline constexpr const char* kBundleSignature = "model.sig";
+inline constexpr const char* kTrustedKeyEnv = "IDENTITY_CONV_TRUSTED_KEY";
+
+// A bundle's files, checked for shape only: regular files named model.pt2, model.sig
+// or *.so. Kind "bundle_layout".
+struct BundleLayout {
+  std::string dir;
+  std::vector<std::string> files;  // every file, sorted
+  std::vector<std::string> libraries;  // the .so files, sorted
+  bool is_signed = false;
+};
+BundleLayout read_bundle_layout(const std::string& dir);
+
+// The bundle's op libraries in the order the spec records them (the load order), under
+// `base` (the bundle or its private copy). Every recorded library must be there, and
+// nothing else. Kind "bundle_layout".
+std::vector<std::string> bundle_libraries(const PackageSpec& spec, const BundleLayout& layout,
+                                          const std::string& base);
+
+struct TrustPolicy {
+  std::string trusted_key;  // a PEM public key's path; empty: none
+  std::string source;       // "--trusted-key" or "$IDENTITY_CONV_TRUSTED_KEY"
+  bool require_signature = false;
+};
+// The flag's key, else the environment's.
+TrustPolicy trust_policy(const std::string& flag_key, bool require_signature);
+
+// A private folder (mkdtemp, 0700), removed with everything in it when destroyed.
+class PrivateCopy {
+ public:
+  // Copies every file of `layout` (opened without following links, regular files only)
+  // and hashes the bytes as they are written.
+  explicit PrivateCopy(const BundleLayout& layout);
+  ~PrivateCopy();
+  PrivateCopy(const PrivateCopy&) = delete;
+  PrivateCopy& operator=(const PrivateCopy&) = delete;
+  const std::string& dir() const { return dir_; }
+  const std::map<std::string, std::string>& digests() const { return digests_; }  // name -> hex
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  std::string dir_;
+  std::map<std::string, std::string> digests_;
+  uint64_t bytes_ = 0;
+};
+
+// What a runner loads, once the trust policy is met.
+struct OpenedModel {
+  std::string origin;                      // the path the user gave
+  std::string package;                     // the .pt2 to load
+  std::vector<std::string> op_libraries;   // a bundle's, in load order; empty otherwise
+  PackageSpec spec;
+  bool is_bundle = false;
+  bool is_signed = false;
+  bool verified = false;
+  std::optional<SignedManifest> signature;  // set when verified
+  std::shared_ptr<PrivateCopy> copy;        // keeps the verified copy alive
+  double verify_ms = 0;
+  std::string status;  // a line for the user ("signature: ..."), or empty
+};
+
+// A bare package or a bundle, under the policy. Kinds: "unsigned", "no_trusted_key",
+// the layout's, the key's, the signature's and the spec reader's.
+OpenedModel open_model(const std::string& path, const TrustPolicy& policy);
+
+// inspect's lines for a bundle: its signature (not verified) and each file's digest
+// against the signed one.
+std::vector<std::pair<std::string, std::string>> describe_bundle(const BundleLayout& layout);
+
+}  // namespace aoti_runner

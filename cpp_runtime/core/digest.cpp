@@ -1,0 +1,57 @@
+#include "digest.h"
+
+#include "errors.h"
+
+#include <openssl/evp.h>
+
+namespace aoti_runner {
+
+struct Sha256::State {
+  EVP_MD_CTX* context = nullptr;
+};
+
+Sha256::Sha256() : state_(std::make_unique<State>()) {
+  state_->context = EVP_MD_CTX_new();
+  if (state_->context == nullptr || EVP_DigestInit_ex(state_->context, EVP_sha256(), nullptr) != 1) {
+    EVP_MD_CTX_free(state_->context);
+    throw RunnerError("OpenSSL could not start a SHA-256 digest");
+  }
+}
+
+Sha256::~Sha256() {
+  EVP_MD_CTX_free(state_->context);
+}
+
+void Sha256::update(const void* data, size_t size) {
+  if (EVP_DigestUpdate(state_->context, data, size) != 1) {
+    throw RunnerError("OpenSSL failed while computing a SHA-256 digest");
+  }
+}
+
+std::string Sha256::finish() {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  if (EVP_DigestFinal_ex(state_->context, digest, &size) != 1) {
+    throw RunnerError("OpenSSL failed while finishing a SHA-256 digest");
+  }
+  return std::string(reinterpret_cast<const char*>(digest), size);
+}
+
+std::string sha256(const std::string& data) {
+  Sha256 hasher;
+  hasher.update(data.data(), data.size());
+  return hasher.finish();
+}
+
+std::string to_hex(const std::string& bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(bytes.size() * 2);
+  for (const unsigned char byte : bytes) {
+    hex.push_back(kDigits[byte >> 4]);
+    hex.push_back(kDigits[byte & 0xf]);
+  }
+  return hex;
+}
+
+}  // namespace aoti_runner
