@@ -411,14 +411,18 @@ int run(const Options& options) {
   }
   std::error_code ec;
   if (std::filesystem::is_directory(options.package, ec) && !options.libraries.empty()) {
-    throw RunnerError("a bundle carries its own op libraries; do not pass op libraries with it (got " +
-                      options.libraries.front() + ")");
+    std::string names;
+    for (const auto& name : read_bundle_layout(options.package).libraries) {
+      names.append(names.empty() ? "" : ", ").append(name);
+    }
+    throw RunnerError("a bundle carries its own op libraries (" + (names.empty() ? "none" : names) +
+                      "); do not pass op libraries with it");
   }
   // The trust policy first: with a trusted key, what loads below is the verified
   // private copy, and nothing native has run before this returns.
   const auto model = open_model(options.package, policy);
   if (!model.status.empty()) {
-    std::cout << model.status << "\n";
+    std::cout << model.status << std::endl;  // flushed: what a watcher sees before loading starts
   }
   const auto& spec = model.spec;
   const auto& libraries = model.is_bundle ? model.op_libraries : options.libraries;

@@ -269,7 +269,9 @@ OpenedModel open_model(const std::string& path, const TrustPolicy& policy) {
   std::ostringstream status;
   status.setf(std::ios::fixed);
   status.precision(1);
-  status << "signature: verified " << on_disk.size() << " files (" << format_megabytes(copy.bytes())
+  // The signed files' size, as the Python side reports it.
+  const auto signed_bytes = copy.bytes() - fs::file_size(copy.dir() + "/" + kBundleSignature, ec);
+  status << "signature: verified " << on_disk.size() << " files (" << format_megabytes(signed_bytes)
          << ") with " << key.path() << " (key hint " << short_digest(key.hint()) << ") in "
          << model.verify_ms << " ms; running the private copy " << copy.dir();
   model.status = status.str();

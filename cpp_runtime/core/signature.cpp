@@ -240,7 +240,7 @@ std::string pre_authentication_encoding(const std::string& payload) {
 }  // namespace
 
 std::string short_digest(const std::string& hex) {
-  return hex.size() > 16 ? hex.substr(0, 16) + "..." : hex;
+  return hex.size() > 16 ? hex.substr(0, 16) + "…" : hex;  // an ellipsis
 }
 
 TrustedKey TrustedKey::load(const std::string& pem_path) {
@@ -259,8 +259,8 @@ TrustedKey TrustedKey::load(const std::string& pem_path) {
   ERR_clear_error();
   if (raw == nullptr) {
     if (pem.find("PRIVATE KEY-----") != std::string::npos) {
-      bad_key(pem_path, "this is a private key; pass its public key (openssl ec -in " + pem_path +
-                            " -pubout -out PUB.pem), and keep the private key off servers");
+      bad_key(pem_path, "this is a private key; pass the public key: openssl ec -in KEY.pem -pubout -out "
+                        "PUB.pem (and keep the private key off servers)");
     }
     bad_key(pem_path, "not a PEM public key (expected '-----BEGIN PUBLIC KEY-----'; "
                       "openssl ec -in KEY.pem -pubout -out PUB.pem makes one)");
@@ -269,10 +269,15 @@ TrustedKey TrustedKey::load(const std::string& pem_path) {
   key.key_ = std::shared_ptr<void>(raw, [](void* p) { EVP_PKEY_free(static_cast<EVP_PKEY*>(p)); });
   key.path_ = pem_path;
   if (EVP_PKEY_get_base_id(raw) != EVP_PKEY_EC) {
-    const char* type = OBJ_nid2sn(EVP_PKEY_get_base_id(raw));
-    bad_key(pem_path, std::string("the key type is ") + (type ? type : "not EC") +
-                          "; model-signing's key mode takes EC keys on P-256, P-384 or P-521 "
-                          "(openssl ecparam -name prime256v1 -genkey -noout -out KEY.pem)");
+    // The same names as the Python side's ("an Ed25519 key").
+    const int id = EVP_PKEY_get_base_id(raw);
+    const char* sn = OBJ_nid2sn(id);
+    const std::string type = id == EVP_PKEY_ED25519 ? "an Ed25519"
+                             : id == EVP_PKEY_ED448 ? "an Ed448"
+                             : id == EVP_PKEY_RSA   ? "an RSA"
+                             : id == EVP_PKEY_DSA   ? "a DSA"
+                                                    : std::string("a ") + (sn ? sn : "non-EC");
+    bad_key(pem_path, type + " key; model-signing's key mode takes EC keys on P-256, P-384 or P-521");
   }
   key.bits_ = EVP_PKEY_get_bits(raw);
   if (key.bits_ != 256 && key.bits_ != 384 && key.bits_ != 521) {

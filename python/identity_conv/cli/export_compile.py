@@ -94,6 +94,7 @@ def _check_range(param: typer.CallbackParam, value: str) -> str:
 
 
 MODEL_PANEL = "Your own model (--model)"
+BUNDLE_PANEL = escape("Deploy bundle (--sign-key needs pip install -e '.[sign]')")
 # Help text is rich markup: square brackets are escaped, or rich takes them for tags and drops them.
 ONNX_PANEL = escape("ONNX target (export_compile onnx; needs pip install -e '.[onnx]')")
 IDENTITY_PANEL = "Built-in IdentityModel (the default)"
@@ -279,7 +280,43 @@ def export_compile(
         ),
     ] = False,
     show_graph: Annotated[bool, typer.Option(help="Print the exported graph.")] = True,
+    bundle: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Also write a deploy bundle to this folder once the package is written and verified: "
+            "model.pt2 and the op libraries it records (see the bundle command).",
+            rich_help_panel=BUNDLE_PANEL,
+            show_default=False,
+        ),
+    ] = None,
+    sign_key: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Sign the --bundle with this PEM EC private key (P-256, P-384 or P-521); make one with "
+            "openssl ecparam -name prime256v1 -genkey -noout -out key.pem, and its public key for the "
+            "runners' --trusted-key with openssl ec -in key.pem -pubout -out key.pub.",
+            rich_help_panel=BUNDLE_PANEL,
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
+    try:
+        # Refused before the build: a bundle option that cannot work would waste it.
+        if sign_key is not None and bundle is None:
+            raise IdentityConvError(
+                "--sign-key signs the bundle that --bundle DIR writes; pass --bundle DIR too", kind="usage"
+            )
+        if bundle is not None and target is Format.onnx:
+            raise IdentityConvError(
+                "--bundle writes a bundle of an AOTI package (.pt2); export_compile onnx writes an ONNX file",
+                kind="usage",
+            )
+        if sign_key is not None:
+            from ..package.signing import check_private_key
+
+            check_private_key(sign_key)
+    except Exception as error:
+        exit_with(error)
     if device is Device.cuda and not torch.cuda.is_available():
         exit_with(
             IdentityConvError(
@@ -326,6 +363,15 @@ def export_compile(
             result = export_and_compile(config, on_stage=on_stage)
     except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)
+    bundle_rows: list[tuple[str, str]] = []
+    if bundle is not None:
+        if result.written:
+            try:
+                bundle_rows = _write_bundle(result, bundle, sign_key)
+            except Exception as error:  # the package stays written; the bundle is not
+                exit_with(error)
+        else:
+            bundle_rows = [("bundle", f"{bundle}: not written, the checks failed")]
 
     if show_graph:
         # Plain lines, not a panel: a panel would crop the node targets.
@@ -371,6 +417,8 @@ def export_compile(
     else:
         kept = "the package already there is untouched" if result.package_path.exists() else "nothing was written"
         table.add_row("package", f"{result.package_path}: not written, the checks failed ({kept})")
+    for name, value in bundle_rows:
+        table.add_row(name, value)
     table.add_row("eager check", _describe_rule(result))
     for label, comparison in result.checks:
         table.add_row(f"{label} ({comparison.rule})", str(comparison))
@@ -386,6 +434,30 @@ def export_compile(
     console.print(Text(f"verify eager vs {against}: ").append(verdict_line(comparisons), style="bold green" if passed else "bold red"))
     if not passed:
         raise typer.Exit(EXIT_MISMATCH)
+
+
+def _write_bundle(result: BuildResult, dest: Path, sign_key: Path | None) -> list[tuple[str, str]]:
+    """Write the bundle of the package just written; the summary's rows for it."""
+    from ..package.bundle import SIGNATURE_NAME, file_digests, recorded_libraries, write_bundle
+
+    # Libraries loaded for the export but not recorded (the graph does not call them
+    # after compiling) stay out of the bundle.
+    recorded = recorded_libraries(result.spec)
+    libraries = [path for path in result.op_libraries if Path(path).name in recorded]
+    written = write_bundle(result.package_path, libraries, dest, sign_key)
+    files = file_digests(written)
+    rows = [("bundle", f"{written}: " + ", ".join(found.name for found in files))]
+    if sign_key is None:
+        rows.append(("bundle signature", "not signed (--sign-key KEY.pem signs it)"))
+    else:
+        from ..package.signing import read_signature
+
+        signature = read_signature(written / SIGNATURE_NAME)
+        rows.append((
+            "bundle signature",
+            f"{SIGNATURE_NAME}, {len(signature.files)} files signed with {sign_key} (key hint {signature.key_hint})",
+        ))
+    return rows
 
 
 def _describe_rule(result: BuildResult) -> str:

@@ -1,10 +1,12 @@
-"""run_inference: run an AOTI package from Python, with its inputs validated
-against the package's recorded spec, and check its outputs: bitwise against the
-package's own outputs (--expected, runtime parity), under the recorded tolerance
-against eager's (--eager-reference), or, for identity models, against the inputs."""
+"""run_inference: run an AOTI package (or a deploy bundle, verified first under a
+trusted key) from Python, with its inputs validated against the package's recorded
+spec, and check its outputs: bitwise against the package's own outputs (--expected,
+runtime parity), under the recorded tolerance against eager's (--eager-reference), or,
+for identity models, against the inputs."""
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, List, Optional
 
@@ -16,6 +18,7 @@ from ..runtime.aoti import load_package, load_package_libraries, to_package_devi
 from ..runtime.preflight import check_runs_here, this_host
 from ..runtime.random_inputs import make_random_inputs
 from ..runtime.tensor_files import load_tensors, save_tensors
+from ..runtime.trust import open_model, refuse_library_arguments, trust_policy
 from ..runtime.validation import validate_inputs
 from ..verify.tolerance import compare, plan_checks
 from .common import (
@@ -27,7 +30,6 @@ from .common import (
     console,
     exit_with,
     print_check,
-    read_spec,
     tolerance_override,
     verdict,
 )
@@ -50,12 +52,21 @@ app = typer.Typer(add_completion=False, rich_markup_mode="rich")
         "Op libraries are loaded in order before the package: the positional ones, then "
         "each --op-lib. Inputs are checked against the shapes, dtype and device the package "
         "records before anything runs.\n\n"
+        "MODEL_PATH may be a deploy bundle (a folder written by the bundle command or export_compile "
+        "--bundle): its op libraries are loaded from it, in the order the package records them, and "
+        "no others may be given. With a trusted key (--trusted-key PUB.pem, else "
+        "$IDENTITY_CONV_TRUSTED_KEY) only a signed bundle runs: it is copied into a private folder, "
+        "the copy is verified (signature, key, every file's digest, nothing missing or extra) before "
+        "anything native loads, and only the copy is loaded. --require-signature refuses unsigned "
+        "input even without a key.\n\n"
         "Exit codes: 0 PASSED (or DONE when nothing is compared), 1 outputs differ "
-        "(beyond the tolerance), 2 usage, load or input error."
+        "(beyond the tolerance), 2 usage, load, input or signature error."
     )
 )
 def run_inference(
-    model_path: Annotated[Path, typer.Argument(help="The .pt2 package, or an .onnx file.")] = Path("artifacts/model.pt2"),
+    model_path: Annotated[
+        Path, typer.Argument(help="The .pt2 package, a bundle folder, or an .onnx file.")
+    ] = Path("artifacts/model.pt2"),
     op_lib_paths: Annotated[
         Optional[List[Path]],
         typer.Argument(
@@ -97,55 +108,78 @@ def run_inference(
             "package: any shape in its ranges. Default: the shapes it was verified at. Not with --inputs.",
         ),
     ] = None,
+    trusted_key: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Run only bundles signed by this key (a PEM EC public key, e.g. from openssl ec -in key.pem "
+            "-pubout -out key.pub), verified before anything loads. Default: $IDENTITY_CONV_TRUSTED_KEY.",
+            show_default=False,
+        ),
+    ] = None,
+    require_signature: Annotated[
+        bool,
+        typer.Option("--require-signature", help="Refuse unsigned bundles and bare packages.", show_default=False),
+    ] = False,
 ) -> None:
-    try:
-        override = tolerance_override(bitwise, max_ulp, rtol, atol)
-        if inputs is not None and input_shape:
-            raise InputError(
-                "--input-shape sets the shape of the random inputs, which --inputs replaces; pass one or the other."
+    # Removes a verified bundle's private copy on the way out, whatever the exit.
+    with ExitStack() as cleanup:
+        try:
+            override = tolerance_override(bitwise, max_ulp, rtol, atol)
+            if inputs is not None and input_shape:
+                raise InputError(
+                    "--input-shape sets the shape of the random inputs, which --inputs replaces; pass one or the other."
+                )
+            shapes = [parse_shape(text) for text in input_shape] if input_shape else None
+            given_libraries = [*(op_lib_paths or []), *(op_lib or [])]
+            refuse_library_arguments(model_path, given_libraries)
+            # The trust policy before anything native loads: under a trusted key, what
+            # loads below is the verified private copy.
+            opened = cleanup.enter_context(open_model(model_path, trust_policy(trusted_key, require_signature)))
+            if opened.status:
+                console.print(opened.status)
+            onnx = is_onnx_path(opened.package)
+            spec = opened.spec
+            if not onnx:
+                # What the spec alone can refuse is refused before any op library loads,
+                # in the same order as aoti_runner.
+                check_runs_here(spec, this_host())
+            libraries = load_package_libraries(
+                spec, opened.op_libraries if opened.is_bundle else given_libraries, list(fake_module or [])
             )
-        shapes = [parse_shape(text) for text in input_shape] if input_shape else None
-        onnx = is_onnx_path(model_path)
-        spec = read_spec(model_path)
-        if not onnx:
-            # What the spec alone can refuse is refused before any op library loads,
-            # in the same order as aoti_runner.
-            check_runs_here(spec, this_host())
-        libraries = load_package_libraries(spec, [*(op_lib_paths or []), *(op_lib or [])], list(fake_module or []))
-        for library in libraries:
-            console.print(f"loaded op library {library}")
-        if onnx:
-            from ..runtime.onnx_runtime import load_onnx
+            for library in libraries:
+                console.print(f"loaded op library {library}")
+            if onnx:
+                from ..runtime.onnx_runtime import load_onnx
 
-            package = load_onnx(model_path, spec)
-        else:
-            package = load_package(model_path, spec)
-        if onnx:
-            console.print(f"runtime: onnxruntime (CPU), {spec.onnx_mode} ONNX file")
-        if inputs is None:
-            tensors = make_random_inputs(spec, seed, shapes)
-            console.print(f"input: random (seed {seed})")
-        else:
-            tensors = to_package_device(load_tensors(inputs), spec)
-            console.print(f"input: {inputs}")
-        tensors = validate_inputs(tensors, spec)
-        for i, tensor in enumerate(tensors):  # the same lines as aoti_runner's
-            console.print(f"input[{i}]: {list(tensor.shape)} {spec.inputs[i].dtype} on {spec.device}")
-        results = package.run(tensors)
-        console.print(f"ran {model_path}: {len(results)} output(s)")
-        if outputs is not None:
-            save_tensors(outputs, results)
-            console.print(f"wrote outputs to {outputs}")
-        checks = plan_checks(
-            expected=None if expected is None else load_tensors(expected),
-            eager=None if eager_reference is None else load_tensors(eager_reference),
-            inputs=tensors,
-            is_identity=spec.is_identity,
-            recorded=spec.eager_check,
-            override=override,
-        )
-    except Exception as error:  # typed errors keep their code; anything else exits 2
-        exit_with(error)
+                package = load_onnx(opened.package, spec)
+            else:
+                package = load_package(opened.package, spec)
+            if onnx:
+                console.print(f"runtime: onnxruntime (CPU), {spec.onnx_mode} ONNX file")
+            if inputs is None:
+                tensors = make_random_inputs(spec, seed, shapes)
+                console.print(f"input: random (seed {seed})")
+            else:
+                tensors = to_package_device(load_tensors(inputs), spec)
+                console.print(f"input: {inputs}")
+            tensors = validate_inputs(tensors, spec)
+            for i, tensor in enumerate(tensors):  # the same lines as aoti_runner's
+                console.print(f"input[{i}]: {list(tensor.shape)} {spec.inputs[i].dtype} on {spec.device}")
+            results = package.run(tensors)
+            console.print(f"ran {model_path}: {len(results)} output(s)")
+            if outputs is not None:
+                save_tensors(outputs, results)
+                console.print(f"wrote outputs to {outputs}")
+            checks = plan_checks(
+                expected=None if expected is None else load_tensors(expected),
+                eager=None if eager_reference is None else load_tensors(eager_reference),
+                inputs=tensors,
+                is_identity=spec.is_identity,
+                recorded=spec.eager_check,
+                override=override,
+            )
+        except Exception as error:  # typed errors keep their code; anything else exits 2
+            exit_with(error)
 
     if not checks:
         console.print(
