@@ -8,9 +8,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 abs_path() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 VENV="$(abs_path "${VENV:-$ROOT/.venv}")"
 export IDENTITY_CONV_BUILD_DIR="$(abs_path "${BUILD_DIR:-$ROOT/build}")"
-# The suite covers the ONNX target too: install its extra, and make a missing extra
-# fail the ONNX tests rather than skip them.
-export EXTRAS="${EXTRAS:-test,build,bench,onnx}"
+# The suite covers the ONNX target and signed bundles too: install their extras, and
+# make a missing ONNX extra fail the ONNX tests rather than skip them.
+export EXTRAS="${EXTRAS:-test,build,bench,sign,onnx}"
 export IDENTITY_CONV_REQUIRE_ONNX="${IDENTITY_CONV_REQUIRE_ONNX:-1}"
 "$ROOT/scripts/setup.sh"
 

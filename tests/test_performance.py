@@ -232,7 +232,7 @@ def test_runner_bench_options_are_checked(compiled_package, build, op_library, a
 
 def test_benchmark_tiny_run_writes_json_markdown_and_png(build, op_library, tmp_path):
     result = runner.invoke(benchmark_app, [
-        "--sizes", "1x3x16x16", "--iterations", "0.02", "--bandwidth-mb", "2", "--output-dir", str(tmp_path),
+        "--sizes", "1x3x16x16", "--iterations", "0.02", "--bandwidth-mb", "2", "--no-signing", "--output-dir", str(tmp_path),
         "--runner", str(build.runner), "--op-lib", str(op_library)])
     assert result.exit_code == 0, result.output
     def reject(constant: str) -> None:
@@ -281,7 +281,8 @@ def test_benchmark_refuses_a_package_that_failed_verification(compiled_package, 
     shutil.copy(compiled_package.path, tmp_path / f"model_{name}.pt2")
     result = runner.invoke(benchmark_app, [
         "--sizes", name, "--iterations", "0.01", "--repeats", "1", "--no-serving", "--bandwidth-mb", "0",
-        "--no-onnx", "--output-dir", str(tmp_path), "--runner", str(build.runner), "--op-lib", str(op_library)])
+        "--no-onnx", "--no-signing", "--output-dir", str(tmp_path), "--runner", str(build.runner), "--op-lib",
+        str(op_library)])
     assert result.exit_code == 1, result.output
     assert "failed verification against eager, so it is not benchmarked" in result.output
     assert "1 of" in result.output and "elements differ" in result.output

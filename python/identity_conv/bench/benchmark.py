@@ -26,6 +26,7 @@ from ..models.identity import IdentityModel
 from ..ops.loader import load_op_library
 from ..compiler.pipeline import BuildConfig, BuildResult, export_and_compile
 from ..runtime.tensor_files import save_tensors
+from .signing import SigningResult
 
 # name -> NCHW shape of the float32 input.
 SIZES: dict[str, tuple[int, int, int, int]] = {
@@ -127,6 +128,7 @@ class BenchReport:
     sizes: list[SizeResult] = field(default_factory=list)
     serving: ServingResult | None = None
     bandwidth: BandwidthResult | None = None
+    signing: list[SigningResult] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         data = asdict(self)
@@ -136,6 +138,8 @@ class BenchReport:
             data["serving"]["scaling"] = self.serving.scaling
         if self.bandwidth:
             data["bandwidth"]["ratio"] = self.bandwidth.ratio
+        for entry, result in zip(data["signing"], self.signing):
+            entry["cold_start_ratio"] = result.cold_start_ratio
         return data
 
 
@@ -256,6 +260,7 @@ def run_benchmark(
     on_step: Callable[[str], None] | None = None,
     repeats: int = 3,
     onnx: bool = False,
+    signing: bool = False,
 ) -> BenchReport:
     """Measure every path at every size in this one run.
 
@@ -274,6 +279,9 @@ def run_benchmark(
             reported, whole, so one noisy run on a shared machine does not decide.
         onnx: also export a portable ONNX file per size and time it in a bare
             onnxruntime session (needs the ONNX extra).
+        signing: also sign the 1x3x224x224 package and a 68 MB one into bundles and
+            time their verification and the C++ cold start with it (needs the sign
+            extra).
 
     Returns:
         The BenchReport; nothing is printed.
@@ -352,7 +360,31 @@ def run_benchmark(
         step(f"op kernel vs clone(), {bandwidth_mb:g} MB")
         runs = max(3, int(100 * iterations_scale))
         report.bandwidth = kernel_bandwidth(bandwidth_mb, runs, max(1, runs // 10))
+    if signing:
+        report.signing = _measure_signing(work_dir, runner, library, optimize, step)
     return report
+
+
+def _measure_signing(work_dir: Path, runner: Path, library: Path, optimize: bool,
+                     step: Callable[[str], None]) -> list[SigningResult]:
+    """The demo package and a 68 MB one, each signed into a bundle, verified and
+    cold-started (see signing.py)."""
+    from .signing import make_key_pair, measure_bundle
+
+    private_key, public_key = make_key_pair(work_dir / "keys")
+    step("signed bundles: compile the demo package and a 68 MB one")
+    demo = require_verified(export_and_compile(BuildConfig(op_libs=[library], optimize=optimize,
+                                                           output=work_dir / "model_1x3x224x224.pt2")), "the package")
+    large = require_verified(export_and_compile(BuildConfig(
+        model="identity_conv.bench.signing:large_weights_model", op_libs=[library], optimize=optimize,
+        output=work_dir / "model_large_weights.pt2")), "the package")
+    results = []
+    for name, package, libraries in [("demo 1x3x224x224", demo, [library]), ("64 MB weight", large, [])]:
+        step(f"signed bundles: {name}, verification and cold start")
+        results.append(measure_bundle(name.replace(" ", "_"), package, libraries, runner, work_dir, private_key,
+                                      public_key))
+        results[-1].name = name
+    return results
 
 
 def _time_onnx(config: BuildConfig, output: Path, x: torch.Tensor, iterations: int, warmup: int) -> Latency:
@@ -441,6 +473,10 @@ def targets(report: BenchReport) -> list[Target]:
         b = report.bandwidth
         found.append(Target(f"op kernel >= 0.9x clone() bandwidth ({b.megabytes:.0f} MB)",
                             f"{b.kernel_gb_s:.1f} vs {b.clone_gb_s:.1f} GB/s = {b.ratio:.2f}x", b.ratio >= 0.9))
+    for bundle in report.signing:
+        found.append(Target(f"signed bundle ({bundle.name}): C++ cold start verified <= 1.10x unsigned",
+                            f"{bundle.cold_start_signed_ms:.0f} vs {bundle.cold_start_plain_ms:.0f} ms = "
+                            f"{bundle.cold_start_ratio:.2f}x", bundle.cold_start_ratio <= 1.10))
     if report.serving:
         s = report.serving
         found.append(Target("C++ serving: 2 threads >= 1.8x the throughput of 1",
@@ -456,6 +492,12 @@ def markdown_table(report: BenchReport) -> str:
             lat = size.latencies[path]
             lines.append(f"| {size.name} | {path} | {lat.p50:.1f} | {lat.p90:.1f} | {lat.p99:.1f} | "
                          f"{size.ratio_to_floor(path):.2f}x |")
+    if report.signing:
+        lines += ["", "| signed bundle | size | files | verify, C++ (ms) | verify, Python (ms) | "
+                  "C++ cold start unsigned (ms) | verified (ms) | ratio |", "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {b.name} | {b.megabytes:.1f} MB | {b.files} | {b.cpp_verify_ms:.1f} | {b.python_verify_ms:.1f} | "
+                  f"{b.cold_start_plain_ms:.0f} | {b.cold_start_signed_ms:.0f} | {b.cold_start_ratio:.2f}x |"
+                  for b in report.signing]
     lines += ["", "| target | measured | met |", "|---|---|---|"]
     lines += [f"| {t.name} | {t.measured} | {'yes' if t.met else 'no'} |" for t in targets(report)]
     return "\n".join(lines) + "\n"

@@ -25,7 +25,9 @@ app = typer.Typer(add_completion=False, rich_markup_mode="rich")
         "timing, the least a 4-layer identity must move, timed inside the C++ runner with the "
         "package's thread settings. Also the op kernel's bandwidth against clone(), and the C++ "
         "runner serving from 1 and 2 threads. With the ONNX extra installed, also the portable "
-        "ONNX file in a bare onnxruntime session (its default threads).\n\n"
+        "ONNX file in a bare onnxruntime session (its default threads). With --signing (the "
+        "default), the demo package and a 68 MB one signed into bundles: verification time in both "
+        "runtimes, and the C++ runner's cold start with it against the bare package.\n\n"
         "Prints p50/p90/p99 and each path's ratio to the floor, then the performance targets "
         "as measured; writes bench.json, bench.md and bench.png to --output-dir.\n\n"
         "Exit codes: 0 measured (targets are reported, not enforced, unless --check-targets), "
@@ -65,6 +67,11 @@ def benchmark(
             show_default=False,
         ),
     ] = None,
+    signing: Annotated[
+        bool,
+        typer.Option(help="Also sign the demo package and a 68 MB one into bundles, and time their verification in "
+                     "both runtimes and the C++ cold start with and without it (needs the sign extra)."),
+    ] = True,
     runner: RunnerOption = None,
     op_lib: OpLibOption = None,
 ) -> None:
@@ -73,11 +80,11 @@ def benchmark(
     names = [name.strip() for name in sizes.split(",") if name.strip()]
     try:
         with_onnx = onnx_wanted(onnx)
-        steps = (4 + int(with_onnx)) * len(names) + int(serving) + int(bandwidth_mb > 0)
+        steps = (4 + int(with_onnx)) * len(names) + int(serving) + int(bandwidth_mb > 0) + 3 * int(signing)
         runner = require_runner(runner)
         with step_progress(steps) as on_step:
             report = run_benchmark(names, output_dir, runner, op_lib, iterations, optimize, serving, bandwidth_mb,
-                                   on_step, repeats, onnx=with_onnx)
+                                   on_step, repeats, onnx=with_onnx, signing=signing)
         json_path = write_json(report, output_dir / "bench.json")
         (output_dir / "bench.md").write_text(markdown_table(report))
         png_path = plot(report, output_dir / "bench.png")
@@ -112,6 +119,18 @@ def benchmark(
         console.print(f"C++ serving {list(s.shape)}: {s.throughput_1:.0f} runs/s from 1 thread, {s.throughput_2:.0f} "
                       f"from 2 ({s.scaling:.2f}x); per-thread p50 {', '.join(f'{v:.1f}' for v in s.per_thread_p50_us)} µs; "
                       f"{s.mismatched_outputs} outputs with other bits; RSS {s.rss_start_kib} -> {s.rss_end_kib} KiB")
+
+    if report.signing:
+        bundles = Table(title="signed bundles: verification, and the C++ runner's cold start (whole process, "
+                        "median of 7) from the bare package and from the verified bundle")
+        for column in ("bundle", "size", "files", "verify C++ ms", "verify Python ms", "cold start unsigned ms",
+                       "verified ms", "ratio"):
+            bundles.add_column(column, justify="left" if column == "bundle" else "right")
+        for b in report.signing:
+            bundles.add_row(b.name, f"{b.megabytes:.1f} MB", str(b.files), f"{b.cpp_verify_ms:.1f}",
+                            f"{b.python_verify_ms:.1f}", f"{b.cold_start_plain_ms:.0f}", f"{b.cold_start_signed_ms:.0f}",
+                            f"{b.cold_start_ratio:.2f}x")
+        console.print(bundles)
 
     checks = Table(title="performance targets, as measured in this run")
     for column in ("target", "measured", "met"):

@@ -1,0 +1,427 @@
+"""Signed deploy bundles, through both runtimes' CLIs: a bundle signed with the
+model-signing library (or its own CLI) verifies in C++ and in Python, runs with the
+same bits as the bare package, and every tampered bundle is refused before any native
+code from it runs (a shared object whose constructor writes a marker file proves it)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import Build, CompiledPackage, run_cli, run_cmd
+from identity_conv.runtime.tensor_files import load_tensors
+from identity_conv.verify.bits import bit_view
+
+TRUSTED_KEY_ENV = "IDENTITY_CONV_TRUSTED_KEY"
+
+# A valid shared object whose constructor writes the file $MARKER_PATH: if it is ever
+# dlopen'ed, the marker appears.
+MARKER_SOURCE = r"""
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((constructor)) static void write_marker(void) {
+  const char* path = getenv("MARKER_PATH");
+  if (path) { FILE* f = fopen(path, "w"); if (f) { fputs("native code ran\n", f); fclose(f); } }
+}
+int marker_library_symbol(void) { return 42; }
+"""
+
+
+@dataclass(frozen=True)
+class Keys:
+    dir: Path
+
+    def private(self, name: str) -> Path:
+        return self.dir / f"{name}.pem"
+
+    def public(self, name: str) -> Path:
+        return self.dir / f"{name}.pub"
+
+
+@dataclass(frozen=True)
+class Signed:
+    bundle: Path  # signed with keys "signing" (P-256) through the bundle CLI
+    reference: list[torch.Tensor]  # the bare package's outputs (aoti_runner) for the input file
+    input_file: Path
+    marker_library: Path
+
+
+def openssl(*args: object) -> None:
+    result = run_cmd("openssl", *args)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.fixture(scope="session")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> Keys:
+    """EC key pairs made with the openssl commands the README shows, and an Ed25519 one."""
+    folder = tmp_path_factory.mktemp("keys")
+    for name, curve in [("signing", "prime256v1"), ("other", "prime256v1"), ("p384", "secp384r1")]:
+        openssl("ecparam", "-name", curve, "-genkey", "-noout", "-out", folder / f"{name}.pem")
+        openssl("ec", "-in", folder / f"{name}.pem", "-pubout", "-out", folder / f"{name}.pub")
+    openssl("genpkey", "-algorithm", "ed25519", "-out", folder / "ed25519.pem")
+    openssl("pkey", "-in", folder / "ed25519.pem", "-pubout", "-out", folder / "ed25519.pub")
+    return Keys(folder)
+
+
+@pytest.fixture(scope="session")
+def signed(tmp_path_factory: pytest.TempPathFactory, build: Build, compiled_package: CompiledPackage,
+           keys: Keys) -> Signed:
+    folder = tmp_path_factory.mktemp("signed")
+    bundle = folder / "bundle"
+    result = run_cli("bundle", compiled_package.path, "--output", bundle, "--sign-key", keys.private("signing"),
+                     cwd=folder, build=build)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(p.name for p in bundle.iterdir()) == ["libidentity_conv_ops.so", "model.pt2", "model.sig"]
+    reference = folder / "reference.pt"
+    result = run_cmd(build.runner, compiled_package.path, build.op_library, "--inputs", compiled_package.input_file,
+                     "--outputs", reference)
+    assert result.returncode == 0, result.stdout + result.stderr
+    source = folder / "marker.c"
+    source.write_text(MARKER_SOURCE)
+    marker_library = folder / "libmarker.so"
+    result = run_cmd("cc", "-shared", "-fPIC", "-o", marker_library, source)
+    assert result.returncode == 0, result.stderr
+    return Signed(bundle, load_tensors(reference), compiled_package.input_file, marker_library)
+
+
+def same_bits(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return len(a) == len(b) and all(
+        x.dtype == y.dtype and x.shape == y.shape and torch.equal(bit_view(x), bit_view(y)) for x, y in zip(a, b)
+    )
+
+
+def copy_bundle(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target)
+    return target
+
+
+def run_runtime(runtime: str, build: Build, target: Path, *args: object, cwd: Path, **env: str | None
+                ) -> subprocess.CompletedProcess[str]:
+    """aoti_runner or run_inference on a package or bundle, as a process."""
+    if runtime == "cpp":
+        environment = {**os.environ}
+        for key, value in env.items():
+            if value is None:
+                environment.pop(key, None)
+            else:
+                environment[key] = value
+        result = run_cmd(build.runner, target, *args, cwd=cwd, env=environment)
+        assert "terminate called" not in result.stderr
+        return result
+    return run_cli("run_inference", target, *args, cwd=cwd, build=build, **env)
+
+
+RUNTIMES = ["cpp", "python"]
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_verified_bundle_runs_with_the_bare_packages_bits(runtime: str, build: Build, signed: Signed, keys: Keys,
+                                                            tmp_path: Path) -> None:
+    outputs = tmp_path / "out.pt"
+    result = run_runtime(runtime, build, signed.bundle, "--trusted-key", keys.public("signing"),
+                         "--inputs", signed.input_file, "--outputs", outputs, cwd=tmp_path)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "signature: verified 2 files" in output
+    assert "PASSED" in output
+    assert same_bits(load_tensors(outputs), signed.reference)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_the_trusted_key_can_come_from_the_environment(runtime: str, build: Build, signed: Signed, keys: Keys,
+                                                      compiled_package: CompiledPackage, tmp_path: Path) -> None:
+    env = {TRUSTED_KEY_ENV: str(keys.public("signing"))}
+    result = run_runtime(runtime, build, signed.bundle, cwd=tmp_path, **env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "signature: verified" in result.stdout
+    # With the variable set, a bare package is refused: it cannot be verified.
+    result = run_runtime(runtime, build, compiled_package.path, cwd=tmp_path, **env)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "bare package" in result.stderr and f"${TRUSTED_KEY_ENV}" in result.stderr
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_the_model_signing_cli_signs_what_both_runtimes_verify(runtime: str, build: Build, signed: Signed,
+                                                               keys: Keys, tmp_path: Path) -> None:
+    """Interop with the reference implementation's own CLI, with a P-384 key."""
+    bundle = copy_bundle(signed.bundle, tmp_path / "bundle")
+    (bundle / "model.sig").unlink()
+    model_signing = Path(sys.executable).parent / "model_signing"
+    result = run_cmd(model_signing, "sign", "key", bundle, "--private_key", keys.private("p384"),
+                     "--signature", bundle / "model.sig")
+    assert result.returncode == 0, result.stdout + result.stderr
+    outputs = tmp_path / "out.pt"
+    result = run_runtime(runtime, build, bundle, "--trusted-key", keys.public("p384"), "--inputs", signed.input_file,
+                         "--outputs", outputs, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert same_bits(load_tensors(outputs), signed.reference)
+
+
+def test_the_model_signing_cli_verifies_what_the_bundle_command_signs(signed: Signed, keys: Keys) -> None:
+    model_signing = Path(sys.executable).parent / "model_signing"
+    result = run_cmd(model_signing, "verify", "key", signed.bundle, "--public_key", keys.public("signing"),
+                     "--signature", signed.bundle / "model.sig")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- tampering: each refused, exit 2, before anything native from the bundle runs ----
+
+def _replace_zip_entry(package: Path, suffix: str, transform) -> None:
+    """Rewrite the zip with one entry's bytes transformed (zipfile writes correct CRCs)."""
+    staged = package.with_suffix(".tmp")
+    with zipfile.ZipFile(package) as source, zipfile.ZipFile(staged, "w") as target:
+        matches = [info for info in source.infolist() if info.filename.endswith(suffix)]
+        assert len(matches) == 1, [info.filename for info in source.infolist()]
+        for info in source.infolist():
+            data = source.read(info)
+            target.writestr(info, transform(data) if info is matches[0] else data)
+    staged.replace(package)
+
+
+def _constants_offset(shared_object: bytes) -> int:
+    """File offset of the .lrodata section, where AOTI keeps the weights it compiles
+    into the model library (read with readelf from binutils)."""
+    with_file = Path(os.environ.get("TMPDIR", "/tmp")) / f"wrapper_{os.getpid()}.so"
+    with_file.write_bytes(shared_object)
+    try:
+        listing = run_cmd("readelf", "-S", "--wide", with_file).stdout
+    finally:
+        with_file.unlink()
+    for line in listing.splitlines():
+        fields = line.replace("[ ", "[").split()
+        if ".lrodata" in fields:
+            name_at = fields.index(".lrodata")
+            return int(fields[name_at + 3], 16)  # name, type, address, offset
+    raise AssertionError(f"no .lrodata section in the model library:\n{listing}")
+
+
+def _flip_weight_byte(data: bytes) -> bytes:
+    offset = _constants_offset(data)
+    return data[:offset] + bytes([data[offset] ^ 0x01]) + data[offset + 1:]
+
+
+def _edit_payload(signature: Path, edit) -> None:
+    document = json.loads(signature.read_text())
+    payload = json.loads(base64.b64decode(document["dsseEnvelope"]["payload"]))
+    edit(payload)
+    document["dsseEnvelope"]["payload"] = base64.b64encode(json.dumps(payload).encode()).decode()
+    signature.write_text(json.dumps(document))
+
+
+def tamper(case: str, bundle: Path, signed: Signed, keys: Keys, build: Build) -> None:
+    marker_bytes = signed.marker_library.read_bytes()
+    if case == "model library replaced":
+        _replace_zip_entry(bundle / "model.pt2", ".wrapper.so", lambda _: marker_bytes)
+    elif case == "one weight byte changed":
+        _replace_zip_entry(bundle / "model.pt2", ".wrapper.so", _flip_weight_byte)
+    elif case == "op library swapped":
+        shutil.copy(signed.marker_library, bundle / "libidentity_conv_ops.so")
+    elif case == "op library added":
+        shutil.copy(signed.marker_library, bundle / "libextra.so")
+    elif case == "op library removed":
+        (bundle / "libidentity_conv_ops.so").unlink()
+    elif case == "signed by another key":
+        (bundle / "model.sig").unlink()
+        result = run_cmd(Path(sys.executable).parent / "model_signing", "sign", "key", bundle, "--private_key",
+                         keys.private("other"), "--signature", bundle / "model.sig")
+        assert result.returncode == 0, result.stderr
+    elif case == "payload edited, old signature kept":
+        # The attacker's library goes in, and the statement is edited to match it.
+        _replace_zip_entry(bundle / "model.pt2", ".wrapper.so", lambda _: marker_bytes)
+        digest = hashlib.sha256((bundle / "model.pt2").read_bytes()).hexdigest()
+
+        def point_at_new_file(payload: dict) -> None:
+            for resource in payload["predicate"]["resources"]:
+                if resource["name"] == "model.pt2":
+                    resource["digest"] = digest
+            root = hashlib.sha256(b"".join(bytes.fromhex(r["digest"]) for r in payload["predicate"]["resources"]))
+            payload["subject"][0]["digest"]["sha256"] = root.hexdigest()
+
+        _edit_payload(bundle / "model.sig", point_at_new_file)
+    elif case == "truncated signature":
+        text = (bundle / "model.sig").read_bytes()
+        (bundle / "model.sig").write_bytes(text[: len(text) // 2])
+    elif case == "garbage signature":
+        (bundle / "model.sig").write_bytes(os.urandom(512))
+    elif case == "signature removed":
+        (bundle / "model.sig").unlink()
+    elif case == "symlinked op library":
+        (bundle / "libidentity_conv_ops.so").unlink()
+        (bundle / "libidentity_conv_ops.so").symlink_to(signed.marker_library)
+    else:
+        raise AssertionError(case)
+
+
+# The words both runtimes use for each refusal.
+TAMPER_CASES = {
+    "model library replaced": "model.pt2: digest mismatch",
+    "one weight byte changed": "model.pt2: digest mismatch",
+    "op library swapped": "libidentity_conv_ops.so: digest mismatch",
+    "op library added": "libextra.so: unknown file",
+    "op library removed": "libidentity_conv_ops.so: missing file",
+    "signed by another key": "signed by another key",
+    "payload edited, old signature kept": "bad signature",
+    "truncated signature": "malformed signature",
+    "garbage signature": "malformed signature",
+    "signature removed": "is not signed (no model.sig), and a trusted key is set",
+    "symlinked op library": "not a regular file",
+}
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("case", list(TAMPER_CASES))
+def test_a_tampered_bundle_is_refused_before_native_code_runs(case: str, runtime: str, build: Build, signed: Signed,
+                                                              keys: Keys, tmp_path: Path) -> None:
+    bundle = copy_bundle(signed.bundle, tmp_path / "bundle")
+    tamper(case, bundle, signed, keys, build)
+    marker = tmp_path / "marker"
+    result = run_runtime(runtime, build, bundle, "--trusted-key", keys.public("signing"), cwd=tmp_path,
+                         MARKER_PATH=str(marker))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert TAMPER_CASES[case] in result.stderr, result.stderr
+    assert "loaded op library" not in result.stdout
+    assert not marker.exists(), f"native code from the tampered bundle ran ({case})"
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_the_marker_library_really_marks_when_loaded(runtime: str, build: Build, signed: Signed,
+                                                    tmp_path: Path) -> None:
+    """The control for the tamper tests: an unsigned run of the swapped model library
+    does run its constructor (and then fails), so an absent marker above means
+    something."""
+    bundle = copy_bundle(signed.bundle, tmp_path / "bundle")
+    (bundle / "model.sig").unlink()
+    _replace_zip_entry(bundle / "model.pt2", ".wrapper.so", lambda _: signed.marker_library.read_bytes())
+    marker = tmp_path / "marker"
+    result = run_runtime(runtime, build, bundle, cwd=tmp_path, MARKER_PATH=str(marker))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_require_signature(runtime: str, build: Build, signed: Signed, compiled_package: CompiledPackage,
+                           tmp_path: Path) -> None:
+    unsigned = copy_bundle(signed.bundle, tmp_path / "unsigned")
+    (unsigned / "model.sig").unlink()
+    cases = [
+        (unsigned, "is not signed (no model.sig), and --require-signature is set"),
+        (compiled_package.path, "is a bare package, and --require-signature is set"),
+        (signed.bundle, "no trusted key is set to verify it with"),
+    ]
+    for target, words in cases:
+        result = run_runtime(runtime, build, target, "--require-signature", cwd=tmp_path, **{TRUSTED_KEY_ENV: None})
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert words in result.stderr
+    # Without the flag and without a key, an unsigned bundle runs as a package does.
+    result = run_runtime(runtime, build, unsigned, cwd=tmp_path, **{TRUSTED_KEY_ENV: None})
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("key, words", [
+    ("ed25519.pub", "EC keys on P-256, P-384 or P-521"),
+    ("signing.pem", "private key"),
+    ("missing.pub", "not found"),
+])
+def test_an_unusable_trusted_key_is_refused(runtime: str, key: str, words: str, build: Build, signed: Signed,
+                                            keys: Keys, tmp_path: Path) -> None:
+    result = run_runtime(runtime, build, signed.bundle, "--trusted-key", keys.dir / key, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert words in result.stderr
+    assert "loaded op library" not in result.stdout
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_what_runs_is_the_verified_private_copy(runtime: str, build: Build, signed: Signed, keys: Keys,
+                                                tmp_path: Path) -> None:
+    """Check-then-load: once verification is reported, the original bundle is replaced
+    with the attacker's files; the run still passes on the verified bytes, loads its
+    libraries from the private copy, runs none of the attacker's code, and removes the
+    copy when it exits."""
+    bundle = copy_bundle(signed.bundle, tmp_path / "bundle")
+    marker = tmp_path / "marker"
+    command = (
+        [str(build.runner), str(bundle), "--list-loaded-objects"]
+        if runtime == "cpp"
+        else [str(Path(sys.executable).parent / "run_inference"), str(bundle)]
+    )
+    env = {**os.environ, "MARKER_PATH": str(marker), "PYTHONUNBUFFERED": "1", TRUSTED_KEY_ENV: str(keys.public("signing")),
+           "IDENTITY_CONV_BUILD_DIR": str(build.dir)}
+    process = subprocess.Popen(command + ["--inputs", str(signed.input_file)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    first_line = process.stdout.readline()
+    assert first_line.startswith("signature: verified"), first_line + process.communicate()[1]
+    copy_dir = first_line.rsplit("running the private copy ", 1)[1].strip()
+    shutil.copy(signed.marker_library, bundle / "libidentity_conv_ops.so")
+    _replace_zip_entry(bundle / "model.pt2", ".wrapper.so", lambda _: signed.marker_library.read_bytes())
+    rest, errors = process.communicate(timeout=300)
+    output = first_line + rest
+    assert process.returncode == 0, output + errors
+    assert "PASSED" in output
+    assert f"loaded op library {copy_dir}/libidentity_conv_ops.so" in output
+    if runtime == "cpp":
+        assert f"loaded object: {copy_dir}/libidentity_conv_ops.so" in output
+        assert f"loaded object: {bundle}" not in output
+    assert not marker.exists()
+    assert not Path(copy_dir).exists()
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_inspect_shows_the_signature_and_each_files_digest(runtime: str, build: Build, signed: Signed, keys: Keys,
+                                                           tmp_path: Path) -> None:
+    bundle = copy_bundle(signed.bundle, tmp_path / "bundle")
+    tamper("op library swapped", bundle, signed, keys, build)
+    if runtime == "cpp":
+        result = run_cmd(build.runner, bundle, "--inspect")
+    else:
+        result = run_cli("inspect_package", bundle, cwd=tmp_path, build=build)
+    assert result.returncode == 0, result.stdout + result.stderr
+    hint = json.loads((bundle / "model.sig").read_text())["verificationMaterial"]["publicKey"]["hint"]
+    package_digest = hashlib.sha256((bundle / "model.pt2").read_bytes()).hexdigest()
+    library_digest = hashlib.sha256((bundle / "libidentity_conv_ops.so").read_bytes()).hexdigest()
+    lines = result.stdout.splitlines()
+    assert any(hint in line for line in lines), result.stdout
+    assert any(package_digest in line and "(as signed)" in line for line in lines), result.stdout
+    assert any(library_digest in line and "(differs from the signature)" in line for line in lines), result.stdout
+
+
+def test_the_bundle_command_refuses_an_ed25519_signing_key(build: Build, compiled_package: CompiledPackage,
+                                                          keys: Keys, tmp_path: Path) -> None:
+    result = run_cli("bundle", compiled_package.path, "--output", tmp_path / "bundle", "--sign-key",
+                     keys.private("ed25519"), cwd=tmp_path, build=build)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "EC" in result.stderr and "openssl ecparam" in result.stderr
+    assert not (tmp_path / "bundle").exists()
+
+
+def test_a_bundle_refuses_extra_op_library_arguments(build: Build, signed: Signed, tmp_path: Path) -> None:
+    result = run_cmd(build.runner, signed.bundle, build.op_library)
+    assert result.returncode == 2
+    assert "a bundle carries its own op libraries" in result.stderr
+
+
+def test_the_benchmark_times_verification_and_cold_start(build: Build, compiled_package: CompiledPackage,
+                                                         tmp_path: Path) -> None:
+    """The benchmark's signed-bundle section on the session's package, one run each
+    (the numbers are reported by the benchmark, not judged here)."""
+    from identity_conv.bench.signing import make_key_pair, measure_bundle
+
+    private_key, public_key = make_key_pair(tmp_path / "keys")
+    result = measure_bundle("session", compiled_package.path, [build.op_library], build.runner, tmp_path,
+                            private_key, public_key, runs=1)
+    assert result.files == 2
+    assert result.megabytes == pytest.approx(
+        (compiled_package.path.stat().st_size + build.op_library.stat().st_size) / 1e6)
+    assert 0 < result.cpp_verify_ms < result.cold_start_signed_ms
+    assert result.python_verify_ms > 0 and result.cold_start_plain_ms > 0
