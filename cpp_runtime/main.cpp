@@ -101,8 +101,8 @@ Benchmark (timing inside this process; outputs of every run are checked):
   --inspect              print what the package records (inputs, device, required
                          ops and classes, torch version, CPU ISA) and exit; for a
                          bundle also its signature's key hint and each file's
-                         SHA-256 against the signed one (verified only with a
-                         trusted key)
+                         SHA-256 against the signed one (verified only with
+                         --trusted-key)
   --list-loaded-objects  print every shared object mapped into this process
   -h, --help             show this help
 
@@ -370,31 +370,32 @@ int verify_outputs(const Options& options, const aoti_runner::PackageSpec& spec,
 }
 
 // --inspect: what the package records and, for a bundle, its files against the
-// signature (verified first when a trusted key is set).
-int inspect(const Options& options, const aoti_runner::TrustPolicy& policy) {
+// signature, verified first with --trusted-key (as inspect_package does; the
+// environment's key is for runs).
+int inspect(const Options& options) {
   using namespace aoti_runner;
   std::error_code ec;
-  const bool bundle = std::filesystem::is_directory(options.package, ec);
+  std::optional<OpenedModel> model;
   std::optional<BundleLayout> layout;
-  if (bundle) {
-    layout = read_bundle_layout(options.package);
-  }
   PackageSpec spec;
-  if (!policy.trusted_key.empty() || policy.require_signature) {
-    const auto model = open_model(options.package, policy);
-    spec = model.spec;
-    if (!model.status.empty()) {
-      std::cout << model.status << "\n";
-    }
+  if (!options.trusted_key.empty()) {
+    model = open_model(options.package, trust_policy(options.trusted_key, false));
+    std::cout << model->status << "\n";
+    spec = model->spec;
+    layout = read_bundle_layout(model->copy->dir());
+  } else if (std::filesystem::is_directory(options.package, ec)) {
+    layout = read_bundle_layout(options.package);
+    spec = read_package_spec(options.package + "/" + kBundlePackage);
   } else {
-    spec = read_package_spec(bundle ? options.package + "/" + kBundlePackage : options.package);
+    spec = read_package_spec(options.package);
   }
   std::cout << "package: " << options.package << "\n";
   for (const auto& [name, value] : describe_package(spec)) {
     std::cout << name << ": " << value << "\n";
   }
   if (layout) {
-    for (const auto& [name, value] : describe_bundle(*layout)) {
+    for (const auto& [name, value] :
+         describe_bundle(*layout, options.package, model ? options.trusted_key : std::string())) {
       std::cout << name << ": " << value << "\n";
     }
   }
@@ -405,10 +406,10 @@ int run(const Options& options) {
   using namespace aoti_runner;
   const auto malloc_policy = parse_malloc_policy(options.malloc_policy);
   apply_malloc_policy(malloc_policy);
-  const auto policy = trust_policy(options.trusted_key, options.require_signature);
   if (options.inspect) {
-    return inspect(options, policy);
+    return inspect(options);
   }
+  const auto policy = trust_policy(options.trusted_key, options.require_signature);
   std::error_code ec;
   if (std::filesystem::is_directory(options.package, ec) && !options.libraries.empty()) {
     std::string names;

@@ -56,9 +56,11 @@ std::string format_megabytes(uint64_t bytes) {
 }
 
 std::string hash_file(const std::string& path) {
-  Descriptor in{open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)};
-  if (in.fd < 0) {
-    throw RunnerError("could not read " + path + ": " + std::strerror(errno));
+  // O_NONBLOCK: a file swapped for a FIFO must not block the open; fstat refuses it.
+  Descriptor in{open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)};
+  struct stat info {};
+  if (in.fd < 0 || fstat(in.fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    throw RunnerError("could not read " + path + ": not a regular file");
   }
   Sha256 hasher;
   std::vector<char> buffer(1 << 20);
@@ -78,7 +80,14 @@ BundleLayout read_bundle_layout(const std::string& dir) {
   BundleLayout layout;
   layout.dir = dir;
   std::error_code ec;
+  // Checked in name order, so both runtimes name the same first bad entry.
+  std::vector<fs::directory_entry> entries;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    entries.push_back(entry);
+  }
+  std::sort(entries.begin(), entries.end(),
+            [](const auto& a, const auto& b) { return a.path().filename() < b.path().filename(); });
+  for (const auto& entry : entries) {
     const auto name = entry.path().filename().string();
     // symlink_status: a link is refused, whatever it points at.
     if (!fs::is_regular_file(entry.symlink_status())) {
@@ -163,7 +172,7 @@ PrivateCopy::PrivateCopy(const BundleLayout& layout) {
       const auto target = dir_ + "/" + name;
       // O_NOFOLLOW + fstat: what is copied is the regular file the layout saw, even
       // if the name was swapped for a link since.
-      Descriptor in{open(source.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)};
+      Descriptor in{open(source.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)};
       struct stat info {};
       if (in.fd < 0 || fstat(in.fd, &info) != 0) copy_failed("opening", source);
       if (!S_ISREG(info.st_mode)) {
@@ -253,9 +262,9 @@ OpenedModel open_model(const std::string& path, const TrustPolicy& policy) {
                       "unsigned");
   }
   const auto started = std::chrono::steady_clock::now();
-  const auto key = TrustedKey::load(policy.trusted_key);
   model.copy = std::make_shared<PrivateCopy>(layout);
   const auto& copy = *model.copy;
+  const auto key = TrustedKey::load(policy.trusted_key);
   auto manifest = verify_signature(copy.dir() + "/" + kBundleSignature, key, signature_shown);
   auto on_disk = copy.digests();
   on_disk.erase(kBundleSignature);
@@ -279,9 +288,11 @@ OpenedModel open_model(const std::string& path, const TrustPolicy& policy) {
   return model;
 }
 
-std::vector<std::pair<std::string, std::string>> describe_bundle(const BundleLayout& layout) {
+std::vector<std::pair<std::string, std::string>> describe_bundle(const BundleLayout& layout,
+                                                                 const std::string& shown,
+                                                                 const std::string& verified_with) {
   std::vector<std::pair<std::string, std::string>> lines;
-  lines.emplace_back("bundle", layout.dir);
+  lines.emplace_back("bundle", shown);
   std::optional<SignedManifest> manifest;
   if (!layout.is_signed) {
     lines.emplace_back("signature", "not signed");
@@ -291,8 +302,10 @@ std::vector<std::pair<std::string, std::string>> describe_bundle(const BundleLay
       lines.emplace_back("signature", std::string(kBundleSignature) + ", key hint " +
                                           manifest->key_hint + ", " +
                                           std::to_string(manifest->files.size()) +
-                                          " files (not verified: the runners verify it with "
-                                          "--trusted-key)");
+                                          (verified_with.empty()
+                                               ? std::string(" files (not verified: the runners verify "
+                                                             "it with --trusted-key)")
+                                               : " files, verified with " + verified_with));
     } catch (const RunnerError& e) {
       lines.emplace_back("signature", e.what());
     }

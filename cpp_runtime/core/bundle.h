@@ -84,8 +84,11 @@ struct OpenedModel {
 // the layout's, the key's, the signature's and the spec reader's.
 OpenedModel open_model(const std::string& path, const TrustPolicy& policy);
 
-// inspect's lines for a bundle: its signature (not verified) and each file's digest
-// against the signed one.
-std::vector<std::pair<std::string, std::string>> describe_bundle(const BundleLayout& layout);
+// inspect's lines for a bundle: its signature and each file's digest against the
+// signed one. `shown` names the bundle; `verified_with` is the trusted key when
+// `layout` is a verified private copy, else empty (the signature is only read).
+std::vector<std::pair<std::string, std::string>> describe_bundle(const BundleLayout& layout,
+                                                                 const std::string& shown,
+                                                                 const std::string& verified_with = "");
 
 }  // namespace aoti_runner

@@ -8,10 +8,13 @@
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/objects.h>
+#include <openssl/core_names.h>
 #include <openssl/pem.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <set>
 #include <sstream>
 
@@ -74,8 +77,14 @@ std::string string_member(const json& object, const char* key, const std::string
 
 std::string base64_decode(const std::string& text, const std::string& what,
                           const std::string& shown) {
-  if (text.empty() || text.size() % 4 != 0) {
-    malformed(shown, what + " is not base64 (length " + std::to_string(text.size()) + ")");
+  // Strict: the standard alphabet, '=' only as one or two final characters (OpenSSL
+  // alone would skip whitespace and decode '=' anywhere), as the reference reads it.
+  const auto body_end = text.find_last_not_of('=');
+  const bool bad_padding = body_end == std::string::npos || text.size() - body_end - 1 > 2;
+  if (text.empty() || text.size() % 4 != 0 || bad_padding ||
+      text.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/") <=
+          body_end) {
+    malformed(shown, what + " is not base64");
   }
   std::string out(text.size() / 4 * 3, '\0');
   const int size = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
@@ -112,10 +121,46 @@ struct Envelope {
   std::string signature;  // decoded, DER ECDSA
 };
 
+// The Sigstore bundle's schema, as strict as the reference reader: no field beyond
+// those below (package/signing.py checks the same sets).
+void only_fields(const json& object, std::initializer_list<const char*> allowed, const std::string& where,
+                 const std::string& shown) {
+  if (!object.is_object()) {
+    malformed(shown, (where.empty() ? std::string("the document") : where) + " is not an object");
+  }
+  for (const auto& item : object.items()) {
+    if (std::none_of(allowed.begin(), allowed.end(), [&](const char* name) { return item.key() == name; })) {
+      malformed(shown, "unexpected field " + where + (where.empty() ? "" : ".") + item.key());
+    }
+  }
+}
+
+void optional_type(const json& object, const char* key, bool (json::*is_type)() const noexcept,
+                   const char* type, const std::string& where, const std::string& shown) {
+  if (object.contains(key) && !(object.at(key).*is_type)()) {
+    malformed(shown, where + "." + key + " is not " + type);
+  }
+}
+
+// Deeper than any signature; refuses a crafted file before it costs memory.
+constexpr int kMaxJsonDepth = 64;
+
 Envelope read_envelope(const std::string& path, const std::string& shown) {
   json document;
   try {
-    document = json::parse(read_small_file(path, shown));
+    const auto text = read_small_file(path, shown);
+    if (text.rfind("\xEF\xBB\xBF", 0) == 0) {
+      malformed(shown, "not JSON (it starts with a byte-order mark)");
+    }
+    document = json::parse(text, [](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxJsonDepth) {
+        throw RunnerError("nested too deeply");
+      }
+      return true;
+    });
+  } catch (const RunnerError& e) {
+    if (e.kind() == "malformed_signature") throw;
+    malformed(shown, std::string("not JSON (") + e.what() + ")");
   } catch (const json::exception& e) {
     // nlohmann's own words, without its "[json.exception...]" prefix.
     std::string detail = e.what();
@@ -127,6 +172,7 @@ Envelope read_envelope(const std::string& path, const std::string& shown) {
   if (!document.is_object()) {
     malformed(shown, "not a JSON object");
   }
+  only_fields(document, {"mediaType", "verificationMaterial", "dsseEnvelope"}, "", shown);
   const auto media_type = string_member(document, "mediaType", "", shown);
   if (media_type != kBundleMediaType) {
     malformed(shown, "mediaType is '" + media_type + "', expected '" + kBundleMediaType + "'");
@@ -134,8 +180,13 @@ Envelope read_envelope(const std::string& path, const std::string& shown) {
   Envelope envelope;
   const auto& material = member(document, "verificationMaterial", "", shown);
   if (material.is_object() && material.contains("publicKey")) {
+    only_fields(material, {"publicKey", "tlogEntries", "timestampVerificationData"}, "verificationMaterial",
+                shown);
+    optional_type(material, "tlogEntries", &json::is_array, "a list", "verificationMaterial", shown);
     const auto& key = material.at("publicKey");
-    if (key.is_object() && key.contains("hint") && key.at("hint").is_string()) {
+    only_fields(key, {"hint"}, "verificationMaterial.publicKey", shown);
+    optional_type(key, "hint", &json::is_string, "a string", "verificationMaterial.publicKey", shown);
+    if (key.contains("hint")) {
       envelope.key_hint = key.at("hint").get<std::string>();
     }
   } else {
@@ -143,6 +194,7 @@ Envelope read_envelope(const std::string& path, const std::string& shown) {
                      "(certificates and Sigstore keyless signing are not supported here)");
   }
   const auto& dsse = member(document, "dsseEnvelope", "", shown);
+  only_fields(dsse, {"payload", "payloadType", "signatures"}, "dsseEnvelope", shown);
   const auto payload_type = string_member(dsse, "payloadType", "dsseEnvelope.", shown);
   if (payload_type != kPayloadType) {
     malformed(shown, "dsseEnvelope.payloadType is '" + payload_type + "', expected '" +
@@ -154,6 +206,8 @@ Envelope read_envelope(const std::string& path, const std::string& shown) {
   if (!signatures.is_array() || signatures.size() != 1) {
     malformed(shown, "dsseEnvelope.signatures must hold exactly one signature");
   }
+  only_fields(signatures.at(0), {"sig", "keyid"}, "dsseEnvelope.signatures[0]", shown);
+  optional_type(signatures.at(0), "keyid", &json::is_string, "a string", "dsseEnvelope.signatures[0]", shown);
   envelope.signature = base64_decode(string_member(signatures.at(0), "sig", "dsseEnvelope.signatures[0].", shown),
                                      "dsseEnvelope.signatures[0].sig", shown);
   return envelope;
@@ -189,8 +243,7 @@ SignedManifest read_statement(const Envelope& envelope, const std::string& shown
   const auto& serialization = member(predicate, "serialization", "payload.predicate.", shown);
   const auto method = string_member(serialization, "method", "payload.predicate.serialization.", shown);
   if (method != "files") {
-    malformed(shown, "it was signed with the '" + method +
-                         "' serialization; sign with the default 'files' method");
+    malformed(shown, "it was signed with the '" + method + "' method; sign with the default 'files' method");
   }
   const auto hash_type = string_member(serialization, "hash_type", "payload.predicate.serialization.", shown);
   if (hash_type != "sha256") {
@@ -279,15 +332,33 @@ TrustedKey TrustedKey::load(const std::string& pem_path) {
                                                     : std::string("a ") + (sn ? sn : "non-EC");
     bad_key(pem_path, type + " key; model-signing's key mode takes EC keys on P-256, P-384 or P-521");
   }
-  key.bits_ = EVP_PKEY_get_bits(raw);
-  if (key.bits_ != 256 && key.bits_ != 384 && key.bits_ != 521) {
-    bad_key(pem_path, "an EC key of " + std::to_string(key.bits_) +
-                          " bits; model-signing's key mode takes P-256, P-384 or P-521");
+  // The NIST curves only, by name: secp256k1 or brainpool keys have the same sizes.
+  char group[80] = {0};
+  size_t group_size = 0;
+  EVP_PKEY_get_group_name(raw, group, sizeof(group), &group_size);
+  const std::string curve = group;
+  key.bits_ = curve == "prime256v1" ? 256 : curve == "secp384r1" ? 384 : curve == "secp521r1" ? 521 : 0;
+  if (key.bits_ == 0) {
+    bad_key(pem_path, "an EC key on " + (curve.empty() ? std::string("an unnamed curve") : curve) +
+                          "; model-signing's key mode takes EC keys on P-256, P-384 or P-521");
   }
+  // The hint is taken over the key as cryptography encodes it (uncompressed point,
+  // named curve), whatever form the PEM file used.
+  EVP_PKEY* normal = EVP_PKEY_dup(raw);
+  if (normal == nullptr ||
+      EVP_PKEY_set_utf8_string_param(normal, OSSL_PKEY_PARAM_EC_POINT_CONVERSION_FORMAT,
+                                     OSSL_PKEY_EC_POINT_CONVERSION_FORMAT_UNCOMPRESSED) != 1 ||
+      EVP_PKEY_set_utf8_string_param(normal, OSSL_PKEY_PARAM_EC_ENCODING,
+                                     OSSL_PKEY_EC_ENCODING_GROUP) != 1) {
+    EVP_PKEY_free(normal);
+    ERR_clear_error();
+    bad_key(pem_path, "OpenSSL could not re-encode it");
+  }
+  std::shared_ptr<EVP_PKEY> normalised(normal, &EVP_PKEY_free);
   // model-signing's key hint: the SHA-256 of the key's PEM SubjectPublicKeyInfo.
   std::unique_ptr<BIO, decltype(&BIO_free)> out(BIO_new(BIO_s_mem()), &BIO_free);
   char* data = nullptr;
-  if (!out || PEM_write_bio_PUBKEY(out.get(), raw) != 1) {
+  if (!out || PEM_write_bio_PUBKEY(out.get(), normalised.get()) != 1) {
     bad_key(pem_path, "OpenSSL could not re-encode it");
   }
   const long size = BIO_get_mem_data(out.get(), &data);

@@ -489,10 +489,16 @@ def write_bundle(
     libraries = _choose_libraries(package_file, spec, [Path(p) for p in op_libraries], bundled)
     _check_destination(dest)
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
     # The staging folder has the bundle's own name (inside a private temporary
     # folder), as the signature records the folder's name as its subject.
-    staging_root = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp"))
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        staging_root = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp"))
+    except OSError as error:
+        raise PackageError(
+            f"could not write the bundle {dest}: {error.strerror or error} ({dest.parent}); pick a writable --output",
+            kind="bundle_output",
+        ) from error
     try:
         staged = staging_root / dest.name
         staged.mkdir()

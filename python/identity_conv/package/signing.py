@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import io
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -298,12 +299,29 @@ def _string(obj: Any, key: str, where: str, shown: str | Path) -> str:
 
 
 def _base64(text: str, what: str, shown: str | Path) -> bytes:
-    if not text or len(text) % 4:
-        raise _malformed(shown, f"{what} is not base64 (length {len(text)})")
+    # Strict: the standard alphabet, '=' only as one or two final characters (as
+    # signature.cpp reads it; b64decode alone would take any run of final '=').
+    if not text or len(text) % 4 or not re.fullmatch(r"[A-Za-z0-9+/]+={0,2}", text):
+        raise _malformed(shown, f"{what} is not base64")
     try:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         raise _malformed(shown, f"{what} is not base64") from None
+
+
+def _only_fields(obj: Any, allowed: set[str], where: str, shown: str | Path) -> None:
+    """The Sigstore bundle's schema, as strict as the reference reader: no field beyond
+    ``allowed`` (signature.cpp checks the same sets)."""
+    if not isinstance(obj, dict):
+        raise _malformed(shown, f"{where or 'the document'} is not an object")
+    for key in obj:
+        if key not in allowed:
+            raise _malformed(shown, f"unexpected field {where}{'.' if where else ''}{key}")
+
+
+def _optional_type(obj: dict, key: str, kind: type, name: str, where: str, shown: str | Path) -> None:
+    if key in obj and not isinstance(obj[key], kind):
+        raise _malformed(shown, f"{where}.{key} is not {name}")
 
 
 def _read_envelope(path: Path, shown: str | Path) -> _Envelope:
@@ -321,8 +339,11 @@ def _read_envelope(path: Path, shown: str | Path) -> _Envelope:
         document = json.loads(text)
     except json.JSONDecodeError as error:
         raise _malformed(shown, f"not JSON ({error})") from None
+    except (ValueError, RecursionError) as error:  # a huge integer, or absurd nesting
+        raise _malformed(shown, f"not JSON ({type(error).__name__})") from None
     if not isinstance(document, dict):
         raise _malformed(shown, "not a JSON object")
+    _only_fields(document, {"mediaType", "verificationMaterial", "dsseEnvelope"}, "", shown)
     media_type = _string(document, "mediaType", "", shown)
     if media_type != BUNDLE_MEDIA_TYPE:
         raise _malformed(shown, f"mediaType is '{media_type}', expected '{BUNDLE_MEDIA_TYPE}'")
@@ -333,9 +354,14 @@ def _read_envelope(path: Path, shown: str | Path) -> _Envelope:
             "no verificationMaterial.publicKey: it was not signed with a key pair (certificates and Sigstore "
             "keyless signing are not supported here)",
         )
+    _only_fields(material, {"publicKey", "tlogEntries", "timestampVerificationData"}, "verificationMaterial", shown)
+    _optional_type(material, "tlogEntries", list, "a list", "verificationMaterial", shown)
     public_key = material["publicKey"]
-    hint = public_key.get("hint") if isinstance(public_key, dict) else None
+    _only_fields(public_key, {"hint"}, "verificationMaterial.publicKey", shown)
+    _optional_type(public_key, "hint", str, "a string", "verificationMaterial.publicKey", shown)
+    hint = public_key.get("hint")
     dsse = _member(document, "dsseEnvelope", "", shown)
+    _only_fields(dsse, {"payload", "payloadType", "signatures"}, "dsseEnvelope", shown)
     payload_type = _string(dsse, "payloadType", "dsseEnvelope.", shown)
     if payload_type != PAYLOAD_TYPE:
         raise _malformed(shown, f"dsseEnvelope.payloadType is '{payload_type}', expected '{PAYLOAD_TYPE}'")
@@ -343,6 +369,8 @@ def _read_envelope(path: Path, shown: str | Path) -> _Envelope:
     signatures = _member(dsse, "signatures", "dsseEnvelope.", shown)
     if not isinstance(signatures, list) or len(signatures) != 1:
         raise _malformed(shown, "dsseEnvelope.signatures must hold exactly one signature")
+    _only_fields(signatures[0], {"sig", "keyid"}, "dsseEnvelope.signatures[0]", shown)
+    _optional_type(signatures[0], "keyid", str, "a string", "dsseEnvelope.signatures[0]", shown)
     signature = _base64(
         _string(signatures[0], "sig", "dsseEnvelope.signatures[0].", shown), "dsseEnvelope.signatures[0].sig", shown
     )
@@ -354,7 +382,7 @@ def _read_statement(envelope: _Envelope, shown: str | Path) -> SignedManifest:
     the subject's digest is the SHA-256 of the resources' digests in listed order."""
     try:
         statement = json.loads(envelope.payload)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise _malformed(shown, "the signed payload is not JSON") from None
     if _string(statement, "_type", "payload.", shown) != STATEMENT_TYPE:
         raise _malformed(shown, f"the payload is not an in-toto {STATEMENT_TYPE} statement")
@@ -466,6 +494,27 @@ def _library_malformed(envelope: _Envelope, shown: str, detail: str) -> PackageE
     return _malformed(shown, detail or "model-signing could not read it")
 
 
+def _require_standard_encoding(envelope: _Envelope, public_key: str | Path, shown: str) -> None:
+    """model-signing also accepts signatures over its pre-1.0 encoding of the signed
+    message (not DSSE's); the C++ runner does not, so neither does this side: the
+    signature must verify over DSSE's pre-authentication encoding itself."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = serialization.load_pem_public_key(Path(public_key).read_bytes())
+    digest = {256: hashes.SHA256(), 384: hashes.SHA384(), 521: hashes.SHA512()}[key.curve.key_size]
+    encoded = b"DSSEv1 %d %s %d " % (len(PAYLOAD_TYPE), PAYLOAD_TYPE.encode(), len(envelope.payload)) + envelope.payload
+    try:
+        key.verify(envelope.signature, encoded, ec.ECDSA(digest))
+    except InvalidSignature:
+        raise PackageError(
+            f"{shown}: bad signature: the signed statement does not verify with the trusted key {public_key}; the "
+            "signature or its payload was altered (or it was made by model-signing before 1.0: sign it again)",
+            kind="bad_signature",
+        ) from None
+
+
 def verify_bundle(
     copy_dir: str | Path,
     public_key: str | Path,
@@ -529,6 +578,7 @@ def verify_bundle(
         library_mismatch = text
     except (KeyError, TypeError, IndexError, AttributeError, binascii.Error, UnicodeDecodeError) as error:
         raise _library_malformed(envelope, shown_signature, f"{type(error).__name__}: {error}") from None
+    _require_standard_encoding(envelope, public_key, shown_signature)
     manifest = _read_statement(envelope, shown_signature)  # step 7, on the verified payload
     if digests is None:
         digests = _hash_files(copy_dir)
