@@ -42,9 +42,8 @@ struct Descriptor {
   }
 };
 
-[[noreturn]] void copy_failed(const std::string& what, const std::string& path) {
-  throw RunnerError("could not copy the bundle into a private folder: " + what + " " + path + ": " +
-                    std::strerror(errno));
+[[noreturn]] void io_failed(const std::string& what, const std::string& path) {
+  throw RunnerError("could not " + what + " " + path + ": " + std::strerror(errno));
 }
 
 std::string format_megabytes(uint64_t bytes) {
@@ -55,22 +54,37 @@ std::string format_megabytes(uint64_t bytes) {
   return text.str();
 }
 
-std::string hash_file(const std::string& path) {
-  // O_NONBLOCK: a file swapped for a FIFO must not block the open; fstat refuses it.
-  Descriptor in{open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)};
+// The SHA-256 of the regular file `source`, copied to `copy_to` (a new file) on the
+// way when that is not empty, so the digest is of the very bytes written.
+std::string hash_regular_file(const std::string& source, const std::string& copy_to, uint64_t& bytes) {
+  // O_NOFOLLOW + O_NONBLOCK + fstat: what is read is a regular file, even if the name
+  // was swapped for a link or a FIFO after the layout was checked.
+  Descriptor in{open(source.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)};
   struct stat info {};
-  if (in.fd < 0 || fstat(in.fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-    throw RunnerError("could not read " + path + ": not a regular file");
+  if (in.fd < 0 || fstat(in.fd, &info) != 0) io_failed("open", source);
+  if (!S_ISREG(info.st_mode)) {
+    throw RunnerError(source + ": not a regular file (a symlink, directory or other); a bundle holds "
+                               "only regular files",
+                      "bundle_layout");
+  }
+  Descriptor out;
+  if (!copy_to.empty()) {
+    out.fd = open(copy_to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0700);
+    if (out.fd < 0) io_failed("create", copy_to);
   }
   Sha256 hasher;
   std::vector<char> buffer(1 << 20);
   ssize_t got = 0;
   while ((got = read(in.fd, buffer.data(), buffer.size())) > 0) {
     hasher.update(buffer.data(), static_cast<size_t>(got));
+    for (ssize_t done = 0; out.fd >= 0 && done < got;) {
+      const auto wrote = write(out.fd, buffer.data() + done, static_cast<size_t>(got - done));
+      if (wrote < 0) io_failed("write", copy_to);
+      done += wrote;
+    }
+    bytes += static_cast<uint64_t>(got);
   }
-  if (got < 0) {
-    throw RunnerError("could not read " + path + ": " + std::strerror(errno));
-  }
+  if (got < 0) io_failed("read", source);
   return to_hex(hasher.finish());
 }
 
@@ -162,39 +176,12 @@ PrivateCopy::PrivateCopy(const BundleLayout& layout) {
   std::string pattern = (tmp != nullptr && *tmp != '\0' ? std::string(tmp) : std::string("/tmp"));
   pattern.append("/identity_conv_bundle_XXXXXX");
   if (mkdtemp(pattern.data()) == nullptr) {  // mode 0700
-    copy_failed("creating", pattern);
+    io_failed("create", pattern);
   }
   dir_ = pattern;
   try {
-    std::vector<char> buffer(1 << 20);
     for (const auto& name : layout.files) {
-      const auto source = layout.dir + "/" + name;
-      const auto target = dir_ + "/" + name;
-      // O_NOFOLLOW + fstat: what is copied is the regular file the layout saw, even
-      // if the name was swapped for a link since.
-      Descriptor in{open(source.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)};
-      struct stat info {};
-      if (in.fd < 0 || fstat(in.fd, &info) != 0) copy_failed("opening", source);
-      if (!S_ISREG(info.st_mode)) {
-        throw RunnerError(source + ": not a regular file (a symlink, directory or other); a bundle "
-                                   "holds only regular files",
-                          "bundle_layout");
-      }
-      Descriptor out{open(target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0700)};
-      if (out.fd < 0) copy_failed("creating", target);
-      Sha256 hasher;
-      ssize_t got = 0;
-      while ((got = read(in.fd, buffer.data(), buffer.size())) > 0) {
-        hasher.update(buffer.data(), static_cast<size_t>(got));
-        for (ssize_t done = 0; done < got;) {
-          const auto wrote = write(out.fd, buffer.data() + done, static_cast<size_t>(got - done));
-          if (wrote < 0) copy_failed("writing", target);
-          done += wrote;
-        }
-        bytes_ += static_cast<uint64_t>(got);
-      }
-      if (got < 0) copy_failed("reading", source);
-      digests_[name] = to_hex(hasher.finish());
+      digests_[name] = hash_regular_file(layout.dir + "/" + name, dir_ + "/" + name, bytes_);
     }
   } catch (...) {
     std::error_code ec;
@@ -316,7 +303,8 @@ std::vector<std::pair<std::string, std::string>> describe_bundle(const BundleLay
   }
   for (const auto& name : layout.files) {
     if (name == kBundleSignature) continue;
-    const auto digest = hash_file(layout.dir + "/" + name);
+    uint64_t bytes = 0;
+    const auto digest = hash_regular_file(layout.dir + "/" + name, "", bytes);
     std::string note;
     if (manifest) {
       const auto it = signed_files.find(name);

@@ -269,7 +269,11 @@ def file_digests(directory: str | os.PathLike[str]) -> list[FileDigest]:
     directory = Path(directory)
     found = []
     for name in sorted(os.listdir(directory)):
-        fd = os.open(directory / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # O_NONBLOCK: a name swapped for a FIFO cannot block the open (as in the copy).
+        fd = os.open(directory / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise _not_regular(directory, name)
         with os.fdopen(fd, "rb") as file:
             digest = hashlib.sha256()
             size = 0

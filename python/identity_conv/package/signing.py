@@ -470,18 +470,6 @@ def check_signed_files(manifest: SignedManifest, on_disk: dict[str, str], shown_
         raise PackageError("\n".join(message for _, message in problems), kind=problems[0][0])
 
 
-def _hash_files(directory: Path) -> dict[str, str]:
-    digests = {}
-    for entry in sorted(directory.iterdir()):
-        if entry.name != SIGNATURE_NAME:
-            digest = hashlib.sha256()
-            with entry.open("rb") as file:
-                for chunk in iter(lambda: file.read(1 << 20), b""):
-                    digest.update(chunk)
-            digests[entry.name] = digest.hexdigest()
-    return digests
-
-
 def _library_malformed(envelope: _Envelope, shown: str, detail: str) -> PackageError:
     """The error for a signature the library could not use. Past the key and the
     signature checks, that is the statement's fault: our reader names the problem in
@@ -519,7 +507,7 @@ def verify_bundle(
     copy_dir: str | Path,
     public_key: str | Path,
     shown_dir: str | Path,
-    digests: dict[str, str] | None = None,
+    digests: dict[str, str],
 ) -> SignedManifest:
     """Verify a bundle's private copy against a trusted public key: model-signing's
     verify (the key hint, the ECDSA signature over the DSSE envelope, the statement, every
@@ -530,8 +518,8 @@ def verify_bundle(
         copy_dir: the private copy (see bundle.private_copy); only it is read.
         public_key: the trusted PEM public key.
         shown_dir: the bundle the user named, for messages.
-        digests: the copy's files' SHA-256 (name -> hex, as private_copy computed
-            them); hashed again from ``copy_dir`` if not given.
+        digests: the copy's files' SHA-256 (name -> hex), as private_copy computed
+            them from the bytes it wrote.
 
     Returns:
         The verified statement.
@@ -580,8 +568,6 @@ def verify_bundle(
         raise _library_malformed(envelope, shown_signature, f"{type(error).__name__}: {error}") from None
     _require_standard_encoding(envelope, public_key, shown_signature)
     manifest = _read_statement(envelope, shown_signature)  # step 7, on the verified payload
-    if digests is None:
-        digests = _hash_files(copy_dir)
     on_disk = {name: digest for name, digest in digests.items() if name != SIGNATURE_NAME}
     check_signed_files(manifest, on_disk, shown_dir)  # step 8
     if library_mismatch is not None:  # not expected: the library and step 8 saw the same files
