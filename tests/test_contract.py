@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,8 @@ SUITES = {
     # torch.testing's default rtol/atol for each dtype of the table: the oracle is
     # torch.testing itself, so the C++ table cannot drift from it.
     "tolerances": "dtypes.json",
+    # Signature files read without crypto, and the signed file set against files on disk.
+    "signatures": "signature_vectors.json",
 }
 _INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -129,6 +132,8 @@ def _python_verdict(suite: str, vector: dict) -> object:
         if suite == "tolerances":
             rtol, atol = Tolerance("close").resolve(getattr(torch, vector["name"]))
             return {"rtol": rtol, "atol": atol}
+        if suite == "signatures":
+            return _signature_verdict(vector)
         if suite == "dtypes":
             name = vector["name"]
             if name not in NAMES:
@@ -138,6 +143,18 @@ def _python_verdict(suite: str, vector: dict) -> object:
         assert error.kind, f"an error without a kind: {error}"
         return {"error": error.kind}
     raise AssertionError(f"unknown suite {suite}")
+
+
+def _signature_verdict(vector: dict) -> object:
+    from identity_conv.package.signing import check_signed_files, read_signature
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "model.sig"
+        path.write_text(vector["text"] if "text" in vector else json.dumps(vector["document"]), encoding="utf-8")
+        manifest = read_signature(path)
+    if "on_disk" in vector:
+        check_signed_files(manifest, vector["on_disk"], "bundle")
+    return {"ok": {"key_hint": manifest.key_hint, "files": [[f.name, f.sha256] for f in manifest.files]}}
 
 
 def _expected(suite: str, vector: dict, runtime: str) -> object:

@@ -7,6 +7,7 @@
 #include "package_spec.h"
 #include "preflight.h"
 #include "random_inputs.h"
+#include "signature.h"
 #include "tolerance.h"
 #include "validation.h"
 
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <fstream>
 #include <iostream>
@@ -165,6 +167,25 @@ json run_vector(const std::string& suite, const json& vector) {
       const auto [rtol, atol] = aoti_runner::default_tolerance(*dtype);
       return {{"rtol", rtol}, {"atol", atol}};
     }
+    if (suite == "signatures") {
+      // The signature file as the vector gives it: raw text, or a JSON document.
+      const auto path = (std::filesystem::temp_directory_path() / "contract_vector_model.sig").string();
+      {
+        std::ofstream file(path, std::ios::binary | std::ios::trunc);
+        file << (vector.contains("text") ? vector.at("text").get<std::string>() : vector.at("document").dump());
+      }
+      const auto manifest = aoti_runner::read_signature(path);
+      std::filesystem::remove(path);
+      if (vector.contains("on_disk")) {
+        aoti_runner::check_signed_files(manifest, vector.at("on_disk").get<std::map<std::string, std::string>>(),
+                                        "bundle");
+      }
+      json files = json::array();
+      for (const auto& file : manifest.files) {
+        files.push_back({file.name, file.sha256});
+      }
+      return {{"ok", {{"key_hint", manifest.key_hint}, {"files", files}}}};
+    }
     if (suite == "dtypes") {
       const auto name = vector.at("name").get<std::string>();
       const auto dtype = aoti_runner::dtype_from_name(name);
@@ -183,7 +204,8 @@ json run_vector(const std::string& suite, const json& vector) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::cerr << "usage: contract_vectors spec|preflight|validation|random|comparison|tolerances|dtypes FILE\n";
+    std::cerr << "usage: contract_vectors spec|preflight|validation|random|comparison|tolerances|dtypes|signatures "
+                 "FILE\n";
     return 2;
   }
   try {
