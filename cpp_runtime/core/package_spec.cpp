@@ -291,6 +291,7 @@ PackageSpec parse_spec_document(const json& document) {
     }
   }
   spec.cpu_flags = strings("cpu_flags", false);
+  spec.cpu_target = get_string(get("cpu_target", ""), "cpu_target");
   spec.python_only_ops = strings("python_only_ops", true);
   spec.fake_modules = strings("fake_modules", false);
 
@@ -354,6 +355,9 @@ json spec_to_document(const PackageSpec& spec) {
       {"cache_key", spec.cache_key},
       {"onnx_mode", spec.onnx_mode},
   };
+  if (!spec.cpu_target.empty()) {  // written only when recorded, as in Python
+    document["cpu_target"] = spec.cpu_target;
+  }
   if (!spec.op_library_namespaces.empty()) {  // written only when known, as in Python
     document["op_library_namespaces"] = spec.op_library_namespaces;
   }
@@ -571,6 +575,7 @@ std::vector<std::pair<std::string, std::string>> describe_package(const PackageS
   rows.emplace_back("identity model", spec.is_identity ? "yes" : "no");
   rows.emplace_back("torch version", spec.torch_version);
   rows.emplace_back("platform", aoti("AOTI_PLATFORM") + " " + aoti("AOTI_MACHINE"));
+  rows.emplace_back("cpu target", spec.cpu_target.empty() ? "native (not recorded)" : spec.cpu_target);
   rows.emplace_back("cpu isa", aoti("AOTI_CPU_ISA"));
   rows.emplace_back("compute capability", aoti("AOTI_COMPUTE_CAPABILITY"));
   if (!spec.onnx_mode.empty()) {

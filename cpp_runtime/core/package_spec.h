@@ -57,8 +57,11 @@ struct PackageSpec {
   std::string torch_version = "unknown";
   // The shapes the package was verified at (none, or one per input).
   std::vector<std::vector<int64_t>> example_shapes;
-  // Instruction-set flags of the compile host (AOTI compiles with -march=native).
+  // The instruction-set flags a host needs: the CPU target's (a psABI level), or for
+  // native (-march=native) every flag of the compile host.
   std::vector<std::string> cpu_flags;
+  // "native", a target such as "x86-64-v3", or "" (from before targets were recorded).
+  std::string cpu_target;
   // Ops only Python can run (exported with --allow-python-ops): this runner refuses.
   std::vector<std::string> python_only_ops;
   // Modules the Python runner imports for fakes or Python ops (shown by --inspect).

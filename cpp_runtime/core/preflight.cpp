@@ -114,11 +114,17 @@ void check_runs_here(const PackageSpec& spec, const HostFacts& host) {
   if (!missing.empty()) {
     const auto isa_it = spec.aoti.find("AOTI_CPU_ISA");
     const auto isa = isa_it == spec.aoti.end() ? std::string("?") : isa_it->second;
-    throw RunnerError("the package was compiled (with -march=native, AOTI ISA '" + isa +
-                          "') on a CPU with " + join(missing, ", ") +
-                          ", which this host lacks. Running it could crash with an illegal "
-                          "instruction. Re-export the package on this host or one with the same "
-                          "CPU features.",
+    const bool native = spec.cpu_target.empty() || spec.cpu_target == "native";
+    const std::string problem =
+        native ? "the package was compiled (with -march=native, AOTI ISA '" + isa + "') on a CPU with"
+               : "the package was compiled for CPU target " + spec.cpu_target + " (AOTI ISA '" + isa +
+                     "'), which needs";
+    const std::string fix =
+        native ? "Re-export it with a --cpu-target this host supports (x86-64-v2, x86-64-v3 or x86-64-v4), "
+                 "or on a host with the same CPU features."
+               : "Re-export it with a lower --cpu-target (x86-64-v2 runs on any x86-64 CPU since about 2009).";
+    throw RunnerError(problem + " " + join(missing, ", ") +
+                          ", which this host lacks. Running it could crash with an illegal instruction. " + fix,
                       "cpu_flags");
   }
   if (!spec.python_only_ops.empty() && !host.python) {

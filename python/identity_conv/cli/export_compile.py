@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import EXIT_MISMATCH, IdentityConvError
+from ..package.host import CPU_TARGET_NAMES, CPU_TARGETS
 from ..compiler.pipeline import (
     DEFAULT_RANGES,
     ONNX_STAGES,
@@ -49,6 +50,9 @@ class DType(str, Enum):
     bfloat16 = "bfloat16"
     float32 = "float32"
     float64 = "float64"
+
+
+CpuTargetName = Enum("CpuTargetName", {name.replace("-", "_"): name for name in CPU_TARGET_NAMES}, type=str)
 
 
 class Variant(str, Enum):
@@ -271,6 +275,17 @@ def export_compile(
             "probe with special values. --no-optimize compiles the graph as exported.",
         ),
     ] = True,
+    cpu_target: Annotated[
+        CpuTargetName,
+        typer.Option(
+            help="The CPU the compiled code may assume. native (-march=native) uses every feature of this "
+            "host, and the runners refuse hosts that lack any of them. A psABI level runs on every x86-64 CPU "
+            "that has it: " + "; ".join(f"{t.name}: {t.summary}" for t in CPU_TARGETS.values()) + ". The "
+            "package records the level's flags, and the runners check only those. This host must have them, "
+            "since the package is verified by running it here.",
+            case_sensitive=False,
+        ),
+    ] = CpuTargetName.native,
     force: Annotated[
         bool,
         typer.Option(
@@ -348,6 +363,7 @@ def export_compile(
             output=output or DEFAULT_OUTPUTS[target],
             format=target.value,
             onnx_mode=onnx_mode.value,
+            cpu_target=cpu_target.value,
             dynamic=tuple(name.strip() for name in dynamic.split(",") if name.strip()),
             variant=variant.value,
             ranges={
@@ -391,6 +407,8 @@ def export_compile(
         table.add_row("onnx nodes", ", ".join(f"{domain}.{op}" for domain, op in result.onnx_nodes))
         table.add_row("class routes", ", ".join(result.onnx_routes) or "none")
     else:
+        chosen = CPU_TARGETS.get(cpu_target.value)
+        table.add_row("cpu target", f"{chosen.name}: {chosen.summary}" if chosen else "native: this host's CPU features")
         table.add_row(
             "compile cache",
             "cached: the package at --output was built from the same inputs (export, compile and verify "

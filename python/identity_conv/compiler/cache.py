@@ -138,7 +138,8 @@ def cache_key(
         options: the build options that change the compiled package (device, dtype,
             dynamic dims, optimize, ...), JSON-serialisable via str. Options that only
             change the check (--max-ulp) stay out: a hit re-decides the stored reports.
-        cpu_flags: the compile host's instruction-set flags (AOTI uses -march=native).
+        cpu_flags: the flags the package needs of a host: the CPU target's, or for
+            native the compile host's instruction-set flags (-march=native).
 
     Also counted: the torch version, the TORCHINDUCTOR_* and AOT_INDUCTOR_*
     environment variables (but cache locations) and the C++ compiler's version.

@@ -8,11 +8,13 @@ from pathlib import Path
 import torch
 
 from ..errors import CompileError
+from ..package.host import NATIVE
 from ..package.spec import PackageSpec
+from .cpu_target import compiling_for
 
 
 def compile_package(
-    program: torch.export.ExportedProgram, package_path: str | Path, spec: PackageSpec
+    program: torch.export.ExportedProgram, package_path: str | Path, spec: PackageSpec, cpu_target: str = NATIVE
 ) -> Path:
     """Compile ``program`` with AOTInductor and write the package.
 
@@ -20,6 +22,7 @@ def compile_package(
         program: the exported program.
         package_path: where to write the ``.pt2`` file; parent folders are created.
         spec: recorded in the package metadata for the runners' checks.
+        cpu_target: "native" (-march=native) or a name from package.host.CPU_TARGETS.
 
     Returns:
         The package path.
@@ -30,11 +33,12 @@ def compile_package(
     package_path = Path(package_path)
     package_path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        written = torch._inductor.aoti_compile_and_package(
-            program,
-            package_path=str(package_path),
-            inductor_configs={"aot_inductor.metadata": spec.to_metadata()},
-        )
+        with compiling_for(cpu_target) as target_configs:
+            written = torch._inductor.aoti_compile_and_package(
+                program,
+                package_path=str(package_path),
+                inductor_configs={"aot_inductor.metadata": spec.to_metadata(), **target_configs},
+            )
     except Exception as error:  # Inductor raises many unrelated types here
         raise CompileError(f"AOTInductor compile failed: {type(error).__name__}: {error}") from error
     return Path(written)

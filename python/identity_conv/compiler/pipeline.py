@@ -22,8 +22,9 @@ from torch import nn
 
 from .cache import cache_key
 from .compile import compile_package
+from .cpu_target import check_cpu_target
 from ..errors import ExportError, InputError, OpLibraryError, PackageError, VerificationError
-from ..package.host import instruction_set_flags
+from ..package.host import NATIVE, target_cpu_flags
 from .export import (
     GraphCalls,
     export_model,
@@ -103,6 +104,9 @@ class BuildConfig:
     format: str = "pt2"
     # ONNX only: "portable" (standard ops) or "custom-domain" (custom ops as nodes).
     onnx_mode: str = "portable"
+    # .pt2 only: the CPU the compiled code may assume: "native" (-march=native, this
+    # host's every feature) or a portable x86-64 psABI level (package/host.py).
+    cpu_target: str = NATIVE
 
     def shape(self) -> tuple[int, int, int, int]:
         return (self.batch, self.channels, self.height, self.width)
@@ -123,6 +127,7 @@ class BuildConfig:
 
         is_onnx_name = self.output.suffix.lower() == ".onnx"
         if self.format == "pt2":
+            check_cpu_target(self.cpu_target)
             if is_onnx_name:
                 raise InputError(
                     f"--output {self.output} names an ONNX file, but the target is a .pt2 package; run "
@@ -143,6 +148,11 @@ class BuildConfig:
             )
         if self.allow_python_ops:
             raise InputError("--allow-python-ops applies to .pt2 packages; the ONNX target translates every op")
+        if self.cpu_target != NATIVE:
+            raise InputError(
+                "--cpu-target applies to .pt2 packages; an ONNX file holds no compiled code (onnxruntime picks "
+                "its kernels for the host it runs on)"
+            )
         require_onnx()
 
     def check(self) -> None:
@@ -439,7 +449,8 @@ def _export_and_compile_package(
             op_library_namespaces=namespaces_by_library([op for op in calls.ops if op not in python_ops] + calls.classes),
             is_identity=bool(getattr(model, "is_identity", False)),
             example_shapes=[tuple(x.shape) for x in inputs],
-            cpu_flags=instruction_set_flags(),
+            cpu_flags=target_cpu_flags(config.cpu_target),
+            cpu_target=config.cpu_target,
             python_only_ops=sorted(python_ops),
             fake_modules=list(config.fake_modules) + _defining_modules(python_ops, config.model),
             optimizations=optimization,
@@ -450,7 +461,7 @@ def _export_and_compile_package(
         # passed: a failed build never replaces (or destroys) a good package.
         staging = _staging_path(config.output)
         try:
-            package_path = compile_package(program, staging, spec)
+            package_path = compile_package(program, staging, spec, config.cpu_target)
             _record_called_ops(package_path, spec, calls, config)
         except BaseException:
             staging.unlink(missing_ok=True)
@@ -693,9 +704,10 @@ def _cache_key(
         "optimize": config.optimize,
         "allow_python_ops": config.allow_python_ops,
         "fake_modules": list(config.fake_modules),
+        "cpu_target": config.cpu_target,
     }
     modules = list(config.fake_modules) + ([config.model.split(":")[0]] if config.model else [])
-    return cache_key(model, inputs, traced, libraries, modules, options, instruction_set_flags())
+    return cache_key(model, inputs, traced, libraries, modules, options, target_cpu_flags(config.cpu_target))
 
 
 def _cached_spec(output: Path, key: str) -> PackageSpec | None:

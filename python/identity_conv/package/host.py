@@ -1,9 +1,11 @@
 """Facts about this host that decide whether a package can run here: CPU feature
-flags (AOTInductor compiles kernels with -march=native) and the machine type."""
+flags (AOTInductor compiles kernels with -march=native unless a portable CPU target is
+chosen) and the machine type; and the portable CPU targets export_compile offers."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 # x86 /proc/cpuinfo flags that name instruction-set extensions gcc may use under
@@ -42,3 +44,50 @@ def instruction_set_flags(flags: set[str] | None = None) -> list[str]:
 def missing_cpu_flags(required: list[str], host_flags: set[str]) -> list[str]:
     """The required flags this host lacks, in the given order."""
     return [flag for flag in required if flag not in host_flags]
+
+
+NATIVE = "native"
+
+
+@dataclass(frozen=True)
+class CpuTarget:
+    """A CPU a package can be compiled for: gcc's ``-march`` value, the widest vector
+    width (bits) Inductor may use within it, and the /proc/cpuinfo flags a host needs
+    to run the result (the x86-64 psABI level's features, in the kernel's names)."""
+
+    name: str
+    flags: tuple[str, ...]
+    simdlen: int
+    summary: str
+
+
+# The x86-64 psABI micro-architecture levels, cumulative, as gcc's -march values
+# define them. cpuinfo spells SSE3 "pni" and LZCNT "abm"; OSXSAVE shows as "xsave".
+_BASELINE = ("cmov", "cx8", "fpu", "fxsr", "mmx", "sse", "sse2")
+_V2 = _BASELINE + ("cx16", "lahf_lm", "pni", "popcnt", "sse4_1", "sse4_2", "ssse3")
+_V3 = _V2 + ("abm", "avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "movbe", "xsave")
+_V4 = _V3 + ("avx512bw", "avx512cd", "avx512dq", "avx512f", "avx512vl")
+CPU_TARGETS = {
+    target.name: target
+    for target in (
+        CpuTarget("x86-64-v2", tuple(sorted(_V2)), 128, "SSE4.2, no AVX: any x86-64 server CPU since about 2009"),
+        CpuTarget("x86-64-v3", tuple(sorted(_V3)), 256, "AVX2 and FMA: Intel Haswell (2013) and AMD Zen and later"),
+        CpuTarget("x86-64-v4", tuple(sorted(_V4)), 512, "AVX-512 (F, BW, CD, DQ, VL): Intel Skylake-SP and AMD Zen 4 and later"),
+    )
+}
+CPU_TARGET_NAMES = (NATIVE, *CPU_TARGETS)
+
+
+def best_cpu_target(host_flags: set[str]) -> str | None:
+    """The most capable portable target this host can run, or None (not x86-64)."""
+    best = None
+    for target in CPU_TARGETS.values():
+        if not missing_cpu_flags(list(target.flags), host_flags):
+            best = target.name
+    return best
+
+
+def target_cpu_flags(name: str) -> list[str]:
+    """The flags a package compiled for target ``name`` needs of a host: the target's
+    own, or for native every instruction-set flag of this host."""
+    return list(CPU_TARGETS[name].flags) if name in CPU_TARGETS else instruction_set_flags()

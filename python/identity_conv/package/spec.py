@@ -146,9 +146,13 @@ class PackageSpec:
     torch_version: str = "unknown"
     # The shapes the package was verified at (one per input); random inputs use them.
     example_shapes: list[tuple[int, ...]] = field(default_factory=list)
-    # Instruction-set flags of the compile host. AOTI compiles with -march=native, so
-    # the kernels may use any of them; a host that lacks one could die with SIGILL.
+    # The instruction-set flags a host needs: the CPU target's (a psABI level), or
+    # for native (-march=native) every flag of the compile host. A host that lacks
+    # one could die with SIGILL.
     cpu_flags: list[str] = field(default_factory=list)
+    # What the compiled code was built for: "native" or e.g. "x86-64-v3"; "" in
+    # packages from before targets were recorded (those were all native).
+    cpu_target: str = ""
     # Custom ops only Python can run (written with --allow-python-ops): the C++
     # runner refuses such a package up front.
     python_only_ops: list[str] = field(default_factory=list)
@@ -193,6 +197,7 @@ class PackageSpec:
             "is_identity": self.is_identity,
             "torch_version": self.torch_version,
             "cpu_flags": list(self.cpu_flags),
+            **({"cpu_target": self.cpu_target} if self.cpu_target else {}),
             "optimizations": self.optimizations,
             "cache_key": self.cache_key,
             "verified": self.verified,
@@ -221,6 +226,7 @@ class PackageSpec:
             ("identity model", "yes" if self.is_identity else "no"),
             ("torch version", self.torch_version),
             ("platform", f"{self.aoti.get('AOTI_PLATFORM', '')} {self.aoti.get('AOTI_MACHINE', '')}"),
+            ("cpu target", self.cpu_target or "native (not recorded)"),
             ("cpu isa", self.aoti.get("AOTI_CPU_ISA", "")),
             ("compute capability", self.aoti.get("AOTI_COMPUTE_CAPABILITY", "")),
         ]
@@ -429,6 +435,7 @@ def parse_document(document: Any) -> PackageSpec:
         torch_version=_str(get("torch_version", "unknown"), "torch_version"),
         example_shapes=shapes,
         cpu_flags=strings("cpu_flags"),
+        cpu_target=_str(get("cpu_target", ""), "cpu_target"),
         python_only_ops=strings("python_only_ops", qualified=True),
         fake_modules=strings("fake_modules"),
         optimizations=_str(get("optimizations", ""), "optimizations"),

@@ -106,10 +106,17 @@ def check_runs_here(spec: PackageSpec, host: HostFacts) -> None:
         )
     missing = missing_cpu_flags(spec.cpu_flags, host.cpu_flags)
     if missing:
+        isa = spec.aoti.get("AOTI_CPU_ISA", "?")
+        if spec.cpu_target in ("", "native"):
+            problem = f"the package was compiled (with -march=native, AOTI ISA {isa!r}) on a CPU with"
+            fix = ("Re-export it with a --cpu-target this host supports (x86-64-v2, x86-64-v3 or x86-64-v4), or on "
+                   "a host with the same CPU features.")
+        else:
+            problem = f"the package was compiled for CPU target {spec.cpu_target} (AOTI ISA {isa!r}), which needs"
+            fix = "Re-export it with a lower --cpu-target (x86-64-v2 runs on any x86-64 CPU since about 2009)."
         raise PackageError(
-            f"the package was compiled (with -march=native, AOTI ISA {spec.aoti.get('AOTI_CPU_ISA', '?')!r}) on a "
-            f"CPU with {', '.join(missing)}, which this host lacks. Running it could crash with an illegal "
-            "instruction. Re-export the package on this host or one with the same CPU features.",
+            f"{problem} {', '.join(missing)}, which this host lacks. Running it could crash with an illegal "
+            f"instruction. {fix}",
             kind="cpu_flags",
         )
     if spec.python_only_ops and not host.python:
