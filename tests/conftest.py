@@ -109,6 +109,46 @@ def compiled_package(tmp_path_factory: pytest.TempPathFactory, op_library: Path)
     return CompiledPackage(package, result.exit_code, result.output, input_file, inputs)
 
 
+# --- bring-your-own-model packages (test_user_models.py, test_install.py) ------------
+
+@dataclass(frozen=True)
+class UserPackage:
+    path: Path
+    reference: Path
+    exit_code: int
+    output: str
+
+
+def _export(args: list[str]) -> tuple[int, str]:
+    # Models are imported from the checkout (examples/...), as a user's from their folder.
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    result = CliRunner().invoke(export_compile_app, args + ["--no-show-graph"])
+    return result.exit_code, result.output
+
+
+def _export_model_package(out: Path, args: list[str]) -> UserPackage:
+    """export_compile of a native-ops model with a saved reference, with default flags:
+    Inductor may reorder a reduction's float math, and torch.testing's tolerance (the
+    default for a model that is not an identity) allows for that. The package is written."""
+    code, output = _export(args + ["--save-reference", str(out / "ref"), "--output", str(out / "model.pt2")])
+    assert code == 0 and (out / "model.pt2").is_file(), output
+    return UserPackage(out / "model.pt2", out / "ref", code, output)
+
+
+@pytest.fixture(scope="session")
+def two_library(tmp_path_factory: pytest.TempPathFactory, build: Build, op_library: Path) -> UserPackage:
+    """Custom ops from two libraries; the factory returns its own example input."""
+    out = tmp_path_factory.mktemp("two_library")
+    code, output = _export([
+        "--model", "examples.user_models:two_library_model", "--model-arg", "shift=0.25",
+        "--op-lib", str(build.op_library), "--op-lib", str(build.extra_op_library),
+        "--fake-module", "examples.extra_ops_fakes", "--dynamic-dim", "0.0=1:16",
+        "--save-reference", str(out / "ref"), "--output", str(out / "model.pt2"),
+    ])
+    return UserPackage(out / "model.pt2", out / "ref", code, output)
+
+
 def run_cmd(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
     """Run a command with text output captured; never raises on a non-zero exit."""
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300, **kwargs)

@@ -7,15 +7,14 @@ from __future__ import annotations
 import math
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import REPO_ROOT, Build, run_cmd, run_cpp_runtime, run_python_runtime
-from identity_conv.cli.export_compile import app as export_compile_app
+from conftest import (REPO_ROOT, Build, UserPackage, _export, _export_model_package, run_cmd,
+                      run_cpp_runtime, run_python_runtime)
 from identity_conv.cli.run_inference import app as run_inference_app
 from identity_conv.errors import InputError, ModelError
 from identity_conv.compiler.export import python_only_ops
@@ -30,50 +29,12 @@ from identity_conv.verify.tolerance import BITWISE, ULP, Tolerance, compare
 RUN_INFERENCE = Path(sys.executable).parent / "run_inference"
 
 
-@dataclass(frozen=True)
-class UserPackage:
-    path: Path
-    reference: Path
-    exit_code: int
-    output: str
-
-
-def _export(args: list[str]) -> tuple[int, str]:
-    # Models are imported from the checkout (examples/...), as a user's from their folder.
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    result = CliRunner().invoke(export_compile_app, args + ["--no-show-graph"])
-    return result.exit_code, result.output
-
-
-def _export_model_package(out: Path, args: list[str]) -> UserPackage:
-    """export_compile of a native-ops model with a saved reference, with default flags:
-    Inductor may reorder a reduction's float math, and torch.testing's tolerance (the
-    default for a model that is not an identity) allows for that. The package is written."""
-    code, output = _export(args + ["--save-reference", str(out / "ref"), "--output", str(out / "model.pt2")])
-    assert code == 0 and (out / "model.pt2").is_file(), output
-    return UserPackage(out / "model.pt2", out / "ref", code, output)
-
-
 @pytest.fixture(scope="session")
 def scale_shift(tmp_path_factory: pytest.TempPathFactory, op_library: Path) -> UserPackage:
     """Two inputs, two outputs, batch dynamic in 1..64, native ops only: no op library."""
     return _export_model_package(tmp_path_factory.mktemp("scale_shift"), [
         "--model", "examples.user_models:scale_shift_model", "--input-shape", "4,16", "--input-shape", "16",
         "--dynamic-dim", "0.0=1:64"])
-
-
-@pytest.fixture(scope="session")
-def two_library(tmp_path_factory: pytest.TempPathFactory, build: Build, op_library: Path) -> UserPackage:
-    """Custom ops from two libraries; the factory returns its own example input."""
-    out = tmp_path_factory.mktemp("two_library")
-    code, output = _export([
-        "--model", "examples.user_models:two_library_model", "--model-arg", "shift=0.25",
-        "--op-lib", str(build.op_library), "--op-lib", str(build.extra_op_library),
-        "--fake-module", "examples.extra_ops_fakes", "--dynamic-dim", "0.0=1:16",
-        "--save-reference", str(out / "ref"), "--output", str(out / "model.pt2"),
-    ])
-    return UserPackage(out / "model.pt2", out / "ref", code, output)
 
 
 @pytest.fixture(scope="session")
