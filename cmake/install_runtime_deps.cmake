@@ -26,7 +26,7 @@ set(_IDENTITY_CONV_RUNTIME_SCRIPT "${CMAKE_CURRENT_LIST_FILE}")
 # it). Everything else a binary needs, libcrypto included, is copied.
 set(_IDENTITY_CONV_SYSTEM_SONAMES
   "ld-linux[-_.a-z0-9]*\\.so(\\.[0-9]+)*"
-  "(libc|libm|libmvec|libdl|libpthread|librt)\\.so(\\.[0-9]+)*"
+  "(libc|libm|libmvec|libdl|libpthread|librt|libutil|libresolv|libanl|libnsl)\\.so(\\.[0-9]+)*"
   "(libstdc\\+\\+|libgcc_s)\\.so(\\.[0-9]+)*"
   "libcuda\\.so(\\.[0-9]+)*")
 # PRE_EXCLUDE: not even resolved (matched against the NEEDED name). POST_EXCLUDE: the
@@ -147,11 +147,16 @@ function(_identity_conv_copy_runtime)
     # it is done, if it is the same file.
     get_filename_component(_name "${_dependency}" NAME)
     get_property(_first GLOBAL PROPERTY "_IDENTITY_CONV_RUNTIME_DEP_${_name}")
+    # A different file of the same name (e.g. libcudart.so.13 from the CUDA wheels for
+    # torch, and from the CUDA toolkit for the op library): the first one installed stays,
+    # as in a running process, where the loader maps a soname once and the runner's
+    # libraries come first.
     if(_first STREQUAL _dependency)
       continue()
     elseif(_first)
-      message(FATAL_ERROR "${_name} is needed from ${_first} by one installed binary and from "
-                          "${_dependency} by ${arg_BUILT}; one lib folder can hold only one of them.")
+      message(STATUS "${_name}: ${arg_BUILT} was linked against ${_dependency}; the runtime uses "
+                     "${_first}, installed first, as a running process would.")
+      continue()
     endif()
     set_property(GLOBAL PROPERTY "_IDENTITY_CONV_RUNTIME_DEP_${_name}" "${_dependency}")
     # FOLLOW_SYMLINK_CHAIN: a soname that is a link (libfoo.so.1 -> libfoo.so.1.2.3)
