@@ -83,21 +83,29 @@ def _instructions(text: str, pattern: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if re.search(pattern, line)]
 
 
+# Instructions past each level, beyond what the register names show: VEX encodings
+# (AVX and later; every VEX/EVEX mnemonic starts with "v"), BMI1/2, LZCNT and MOVBE (v3),
+# EVEX-only registers and AVX-512VL mnemonics on xmm/ymm (v4), and the extensions
+# Inductor's own ISAs would add on this host (VNNI, BF16, AMX).
+_BEYOND_V2 = r"^\s*[0-9a-f]+:\s+v[a-z]|\b(andn|bextr|bls\w+|bzhi|lzcnt|tzcnt|movbe|pdep|pext|sarx|shlx|shrx|rorx)\b"
+_BEYOND_V3 = (r"%[xyz]mm(1[6-9]|2\d|3[01])\b|%zmm\d|%k[0-7]\b|\b(vpternlog\w+|vpermt2\w+|vpermi2\w+|vcvt\w*2u?qq|"
+              r"vcvtu?qq2\w+|vprol\w+|vpror\w+|vpmov[qdw][bwd]\w*|vpcompress\w+|vpexpand\w+)\b")
+_BEYOND_V4 = r"\b(vpdpbusds?|vpdpwssds?|vdpbf16ps|vcvtneps2bf16|vcvtne2ps2bf16|tdp\w+|tileloadd\w*|ldtilecfg)\b"
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_compiled_code_stays_within_the_target(target, target_packages, tmp_path):
     code = _disassembly(target_packages[target], tmp_path)
-    # AVX and later use ymm (256-bit) registers; AVX-512 zmm and the %k mask registers.
-    ymm, zmm, masks = (_instructions(code, pattern) for pattern in (r"%ymm\d", r"%zmm\d", r"%k[0-7]\b"))
-    # Extensions beyond x86-64-v4 that Inductor's vector ISAs would add on this host.
-    beyond_v4 = _instructions(code, r"\b(vpdpbusds?|vpdpwssds?|vdpbf16ps|vcvtneps2bf16|vcvtne2ps2bf16|tdp\w+|tileloadd)\b")
-    if target == "x86-64-v2":
-        assert not ymm and not zmm and not masks, (ymm + zmm + masks)[:5]
+    beyond = {"x86-64-v2": [_BEYOND_V2, _BEYOND_V3, _BEYOND_V4], "x86-64-v3": [_BEYOND_V3, _BEYOND_V4],
+              "x86-64-v4": [_BEYOND_V4]}[target]
+    for pattern in beyond:
+        found = _instructions(code, pattern)
+        assert not found, f"{target}: {len(found)} instructions beyond the level, e.g. {found[:5]}"
+    # Each level does use what it allows (so the patterns above can match at all).
     if target == "x86-64-v3":
-        assert not zmm and not masks, (zmm + masks)[:5]
-        assert ymm, "an AVX2 target should vectorize the fused multiply with 256-bit registers"
+        assert _instructions(code, r"%ymm\d"), "an AVX2 target should vectorize with 256-bit registers"
     if target == "x86-64-v4":
-        assert zmm, "an AVX-512 target should vectorize with 512-bit registers"
-    assert not beyond_v4, beyond_v4[:5]
+        assert _instructions(code, r"%zmm\d"), "an AVX-512 target should vectorize with 512-bit registers"
 
 
 def test_native_code_uses_the_host_s_widest_vectors(compiled_package, tmp_path):
@@ -157,14 +165,18 @@ def test_runners_check_the_target_s_flags_and_name_the_target(target_packages, b
         assert code != 0, output
         assert "compiled for CPU target x86-64-v9" in output, output
         assert "avx10_future, which this host lacks" in output, output
-        assert "lower --cpu-target" in output, output
+        assert "--cpu-target native on a host like this one" in output, output
+        if "lm" in HOST_FLAGS:
+            assert "a --cpu-target level this host has (x86-64-v2 < x86-64-v3 < x86-64-v4)" in output, output
 
 
 def test_a_native_package_from_another_cpu_points_to_cpu_target(compiled_package, build, op_library, tmp_path):
     spec = read_package_spec(compiled_package.path)
     crafted = edit_spec(compiled_package.path, tmp_path / "other_host.pt2", cpu_flags=[*spec.cpu_flags, "avx10_future"])
-    code, output = run_cpp_runtime(build.runner, crafted, op_library, None, tmp_path / "cpp.pt")
-    assert code != 0 and "with -march=native" in output and "--cpu-target" in output, output
+    for code, output in (run_python_runtime(crafted, op_library, None, tmp_path / "py.pt"),
+                         run_cpp_runtime(build.runner, crafted, op_library, None, tmp_path / "cpp.pt")):
+        assert code != 0 and "with -march=native" in output, output
+        assert "Re-export it on a host with these CPU features, or with a --cpu-target level" in output, output
 
 
 def test_unknown_or_unrunnable_targets_are_refused_before_the_build(tmp_path, op_library):
@@ -175,7 +187,7 @@ def test_unknown_or_unrunnable_targets_are_refused_before_the_build(tmp_path, op
     with pytest.raises(InputError, match=r"--cpu-target x86-64-v4 needs avx512bw, avx512cd, avx512dq, avx512f, "
                                          r"avx512vl, which this host lacks.*choose --cpu-target x86-64-v3 or lower"):
         check_cpu_target("x86-64-v4", host_flags=V3_FLAGS)
-    with pytest.raises(InputError, match="choose --cpu-target native"):
+    with pytest.raises(InputError, match="this host is not x86-64; use --cpu-target native"):
         check_cpu_target("x86-64-v2", host_flags={"fp", "asimd"})
     assert not (tmp_path / "m.pt2").exists()
 
@@ -187,24 +199,59 @@ def test_onnx_refuses_a_cpu_target(tmp_path):
     assert "--cpu-target applies to .pt2 packages" in result.output
 
 
-def test_vector_isa_is_capped_at_the_target():
-    """Within the compile, Inductor sees only vector ISAs the target allows, and none
-    with flags beyond it (on an AVX-512 VNNI/BF16 host it would add -mavx512vnni)."""
-    from torch._inductor import config, cpu_vec_isa
+def _gcc_enabled_options(level: str) -> set[str]:
+    """gcc's own list of the -m options -march=<level> enables: the oracle."""
+    out = subprocess.run(["g++", f"-march={level}", "-Q", "--help=target"], capture_output=True, text=True,
+                         check=True).stdout
+    return {parts[0] for parts in (line.split() for line in out.splitlines())
+            if len(parts) == 2 and parts[0].startswith("-m") and parts[1] == "[enabled]"}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_vector_isa_is_capped_at_the_target(target):
+    """Within the compile, Inductor's picked ISA needs only options gcc enables for the
+    level, and it compiles with -march=<level>. On an AVX-512 VNNI/BF16 host it would
+    otherwise add -mavx512vnni or -mavx512bf16."""
+    from torch._inductor import config, cpp_builder, cpu_vec_isa
 
     from identity_conv.compiler.cpu_target import compiling_for
 
-    if "avx512f" not in HOST_FLAGS:
-        pytest.skip("this host has no AVX-512")
     before = cpu_vec_isa.valid_vec_isa_list
-    expected = {"x86-64-v2": ("INVALID_VEC_ISA", ""), "x86-64-v3": ("avx2", "-mavx2 -mfma -mf16c"),
-                "x86-64-v4": ("avx512", "-mavx512f -mavx512dq -mavx512vl -mavx512bw -mfma")}
-    for target, (name, flags) in expected.items():
-        with compiling_for(target) as settings, config.patch(settings):
-            isa = cpu_vec_isa.pick_vec_isa()
-            assert str(isa).upper() == name.upper()
-            assert (isa.build_arch_flags() if isa else "") == flags
-            assert settings["cpp.march"] == target
+    with compiling_for(target) as settings, config.patch(settings):
+        isa = cpu_vec_isa.pick_vec_isa()
+        options = set(isa.build_arch_flags().split()) if isa else set()
+        assert options <= _gcc_enabled_options(target), options - _gcc_enabled_options(target)
+        assert cpp_builder._get_cpu_arch_cflags(cpp_builder.get_cpp_compiler()) == [f"march={target}"]
+        if target == "x86-64-v2":
+            assert not isa, "Inductor has no 128-bit x86 ISA: v2 kernels are scalar"
+        else:
+            assert isa.bit_width() == {"x86-64-v3": 256, "x86-64-v4": 512}[target]
     assert cpu_vec_isa.valid_vec_isa_list is before
     with compiling_for("native") as settings:
         assert settings == {}
+
+
+def test_a_torch_that_breaks_the_cap_fails_the_compile(monkeypatch):
+    """If Inductor picks an ISA past the level anyway, or lacks the internals the cap
+    uses, or records another ISA in the package, the compile fails with a CompileError
+    that says so, and the ISA list is restored."""
+    from torch._inductor import cpu_vec_isa
+
+    from identity_conv.compiler.cpu_target import check_compiled_isa, compiling_for
+    from identity_conv.errors import CompileError
+
+    before = cpu_vec_isa.valid_vec_isa_list
+    monkeypatch.setattr(cpu_vec_isa, "pick_vec_isa", lambda: cpu_vec_isa.VecAVX512VNNI())
+    with pytest.raises(CompileError, match="picks vector ISA 'avx512 avx512_vnni', expected 'AVX2'"):
+        with compiling_for("x86-64-v3"):
+            pass
+    monkeypatch.undo()
+    monkeypatch.delattr(cpu_vec_isa, "VecAVX2")
+    with pytest.raises(CompileError, match=r"needs Inductor internals that torch .* does not have"):
+        with compiling_for("x86-64-v3"):
+            pass
+    monkeypatch.undo()
+    assert cpu_vec_isa.valid_vec_isa_list is before
+    with pytest.raises(CompileError, match=r"records vector ISA 'AVX512 AVX512_VNNI', expected 'AVX512'"):
+        check_compiled_isa("x86-64-v4", {"AOTI_CPU_ISA": "AVX512 AVX512_VNNI"}, Path("m.pt2"))
+    check_compiled_isa("x86-64-v4", {"AOTI_CPU_ISA": "AVX512"}, Path("m.pt2"))

@@ -119,12 +119,14 @@ void check_runs_here(const PackageSpec& spec, const HostFacts& host) {
         native ? "the package was compiled (with -march=native, AOTI ISA '" + isa + "') on a CPU with"
                : "the package was compiled for CPU target " + spec.cpu_target + " (AOTI ISA '" + isa +
                      "'), which needs";
-    const std::string fix =
-        native ? "Re-export it with a --cpu-target this host supports (x86-64-v2, x86-64-v3 or x86-64-v4), "
-                 "or on a host with the same CPU features."
-               : "Re-export it with a lower --cpu-target (x86-64-v2 runs on any x86-64 CPU since about 2009).";
+    std::string fix = native ? "Re-export it on a host with these CPU features"
+                             : "Re-export it with --cpu-target native on a host like this one";
+    if (host.machine == "x86_64") {
+      fix += ", or with a --cpu-target level this host has (x86-64-v2 < x86-64-v3 < x86-64-v4)";
+    }
     throw RunnerError(problem + " " + join(missing, ", ") +
-                          ", which this host lacks. Running it could crash with an illegal instruction. " + fix,
+                          ", which this host lacks. Running it could crash with an illegal instruction. " +
+                          fix + ".",
                       "cpu_flags");
   }
   if (!spec.python_only_ops.empty() && !host.python) {

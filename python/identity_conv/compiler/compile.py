@@ -10,7 +10,8 @@ import torch
 from ..errors import CompileError
 from ..package.host import NATIVE
 from ..package.spec import PackageSpec
-from .cpu_target import compiling_for
+from ..package.archive import read_package_metadata
+from .cpu_target import check_compiled_isa, compiling_for
 
 
 def compile_package(
@@ -28,7 +29,8 @@ def compile_package(
         The package path.
 
     Raises:
-        CompileError: with Inductor's message.
+        CompileError: with Inductor's message, or the CPU target's cap did not hold
+            (see cpu_target.py).
     """
     package_path = Path(package_path)
     package_path.parent.mkdir(parents=True, exist_ok=True)
@@ -39,6 +41,9 @@ def compile_package(
                 package_path=str(package_path),
                 inductor_configs={"aot_inductor.metadata": spec.to_metadata(), **target_configs},
             )
+    except CompileError:
+        raise
     except Exception as error:  # Inductor raises many unrelated types here
         raise CompileError(f"AOTInductor compile failed: {type(error).__name__}: {error}") from error
+    check_compiled_isa(cpu_target, read_package_metadata(written), Path(written))
     return Path(written)

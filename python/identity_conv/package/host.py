@@ -70,9 +70,11 @@ _V4 = _V3 + ("avx512bw", "avx512cd", "avx512dq", "avx512f", "avx512vl")
 CPU_TARGETS = {
     target.name: target
     for target in (
-        CpuTarget("x86-64-v2", tuple(sorted(_V2)), 128, "SSE4.2, no AVX: any x86-64 server CPU since about 2009"),
-        CpuTarget("x86-64-v3", tuple(sorted(_V3)), 256, "AVX2 and FMA: Intel Haswell (2013) and AMD Zen and later"),
-        CpuTarget("x86-64-v4", tuple(sorted(_V4)), 512, "AVX-512 (F, BW, CD, DQ, VL): Intel Skylake-SP and AMD Zen 4 and later"),
+        CpuTarget("x86-64-v2", tuple(sorted(_V2)), 128,
+                  "SSE4.2, no AVX, and Inductor's kernels are scalar: Intel Nehalem, AMD Bulldozer and later"),
+        CpuTarget("x86-64-v3", tuple(sorted(_V3)), 256, "AVX2 and FMA: Intel Haswell, AMD Zen and later"),
+        CpuTarget("x86-64-v4", tuple(sorted(_V4)), 512,
+                  "AVX-512 F/BW/CD/DQ/VL: Intel Xeon since Skylake-SP, AMD Zen 4 (not Intel client CPUs since Alder Lake)"),
     )
 }
 CPU_TARGET_NAMES = (NATIVE, *CPU_TARGETS)

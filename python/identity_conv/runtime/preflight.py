@@ -109,14 +109,15 @@ def check_runs_here(spec: PackageSpec, host: HostFacts) -> None:
         isa = spec.aoti.get("AOTI_CPU_ISA", "?")
         if spec.cpu_target in ("", "native"):
             problem = f"the package was compiled (with -march=native, AOTI ISA {isa!r}) on a CPU with"
-            fix = ("Re-export it with a --cpu-target this host supports (x86-64-v2, x86-64-v3 or x86-64-v4), or on "
-                   "a host with the same CPU features.")
+            fix = "Re-export it on a host with these CPU features"
         else:
             problem = f"the package was compiled for CPU target {spec.cpu_target} (AOTI ISA {isa!r}), which needs"
-            fix = "Re-export it with a lower --cpu-target (x86-64-v2 runs on any x86-64 CPU since about 2009)."
+            fix = "Re-export it with --cpu-target native on a host like this one"
+        if host.machine == "x86_64":
+            fix += ", or with a --cpu-target level this host has (x86-64-v2 < x86-64-v3 < x86-64-v4)"
         raise PackageError(
             f"{problem} {', '.join(missing)}, which this host lacks. Running it could crash with an illegal "
-            f"instruction. {fix}",
+            f"instruction. {fix}.",
             kind="cpu_flags",
         )
     if spec.python_only_ops and not host.python:
