@@ -3,12 +3,15 @@
 # itself, and every shared library it needs is copied into one lib folder, except the
 # system's own base: glibc's pieces, libstdc++ and libgcc_s.
 #
-#   identity_conv_install_runtime(TARGET <target> DESTINATION <dir> RUNPATH <runpath>
-#                                 [LIBRARY_DESTINATION <dir>])
+#   identity_conv_install_runtime(TARGET <target> DESTINATION <dir>
+#                                 [LIBRARY_DESTINATION <dir>] [RUNPATH <runpath>])
 #
-# installs <target> to <prefix>/<dir> with RUNPATH <runpath> (e.g. $ORIGIN/../lib) and
-# its runtime dependencies to <prefix>/<LIBRARY_DESTINATION> (default lib) with RUNPATH
-# $ORIGIN. <dir> is relative to the prefix, so the tree can be moved as a whole.
+# installs <target> to <prefix>/<dir> and its runtime dependencies to
+# <prefix>/<LIBRARY_DESTINATION> (default lib) with RUNPATH $ORIGIN. <target> gets the
+# RUNPATH that leads from <dir> to LIBRARY_DESTINATION ($ORIGIN/../lib for bin and lib,
+# $ORIGIN when they are the same folder), derived so the two cannot drift apart, unless
+# RUNPATH says otherwise. Both folders are relative to the prefix, so the tree can be
+# moved as a whole.
 #
 # This file is read twice. At configure time CMakeLists.txt includes it and calls
 # identity_conv_install_runtime(), which writes install rules. At install time the
@@ -42,12 +45,27 @@ unset(_soname)
 # --- configure time ---------------------------------------------------------------
 function(identity_conv_install_runtime)
   cmake_parse_arguments(PARSE_ARGV 0 arg "" "TARGET;DESTINATION;RUNPATH;LIBRARY_DESTINATION" "")
-  if(NOT arg_TARGET OR NOT arg_DESTINATION OR NOT arg_RUNPATH OR arg_UNPARSED_ARGUMENTS)
-    message(FATAL_ERROR "identity_conv_install_runtime(TARGET <t> DESTINATION <dir> RUNPATH <runpath> "
-                        "[LIBRARY_DESTINATION <dir>]), got: ${ARGV}")
+  if(NOT arg_TARGET OR NOT arg_DESTINATION OR arg_UNPARSED_ARGUMENTS OR arg_KEYWORDS_MISSING_VALUES)
+    message(FATAL_ERROR "identity_conv_install_runtime(TARGET <t> DESTINATION <dir> "
+                        "[LIBRARY_DESTINATION <dir>] [RUNPATH <runpath>]), got: ${ARGV}")
   endif()
   if(NOT arg_LIBRARY_DESTINATION)
     set(arg_LIBRARY_DESTINATION lib)
+  endif()
+  foreach(_dir IN ITEMS "${arg_DESTINATION}" "${arg_LIBRARY_DESTINATION}")
+    if(IS_ABSOLUTE "${_dir}")
+      message(FATAL_ERROR "identity_conv_install_runtime(${arg_TARGET}): ${_dir} is absolute; the "
+                          "destinations are relative to the install prefix, so the tree can move.")
+    endif()
+  endforeach()
+  if(NOT arg_RUNPATH)
+    # Both folders hang from the same prefix; any root stands in for it.
+    file(RELATIVE_PATH _relative "/${arg_DESTINATION}" "/${arg_LIBRARY_DESTINATION}")
+    if(_relative STREQUAL "")
+      set(arg_RUNPATH "$ORIGIN")
+    else()
+      set(arg_RUNPATH "$ORIGIN/${_relative}")
+    endif()
   endif()
   # file(GET_RUNTIME_DEPENDENCIES) reads executables, shared libraries and dlopen()ed
   # modules differently (only on Apple, but say what each one is).
@@ -167,9 +185,63 @@ function(_identity_conv_copy_runtime)
     # Installed libraries find each other beside themselves.
     _identity_conv_set_runpath("$ENV{DESTDIR}${_libdir}/${_real_name}" "$ORIGIN")
   endforeach()
+  _identity_conv_check_openmp("${arg_BUILT}" "$ENV{DESTDIR}${_libdir}" ${_resolved})
   # file(INSTALL) records what it wrote in this variable, which a function scope would
   # drop: pass it up, so install_manifest.txt lists the dependencies too.
   set(CMAKE_INSTALL_MANIFEST_FILES "${CMAKE_INSTALL_MANIFEST_FILES}" PARENT_SCOPE)
+endfunction()
+
+# A package's model library, as AOTInductor compiles it on Linux, links OpenMP by the
+# name libgomp.so.1 (-lgomp) and has no RUNPATH: at run time the loader finds it only as
+# a library the runner has loaded already, matched by the name it was loaded as (a
+# NEEDED entry) or by its soname. So when <built> uses a libgomp (one of its
+# <dependencies>, installed in <libdir>, is named libgomp...), one of them must answer
+# to libgomp.so.1. torch's own copy does today, but that is its packagers' choice (older
+# wheels shipped libgomp-<hash>.so.1), so say it here rather than let a fleet machine
+# find out at the first package it loads. CMake cannot read a soname (file(READ_ELF)
+# has no such field): objdump -p reads it, where there is one.
+function(_identity_conv_check_openmp built libdir)
+  set(_openmp "")
+  foreach(_dependency IN LISTS ARGN)
+    get_filename_component(_name "${_dependency}" NAME)
+    if(_name MATCHES "^libgomp([-_.]|$)")
+      list(APPEND _openmp "${_name}")
+    endif()
+  endforeach()
+  if(NOT _openmp OR "libgomp.so.1" IN_LIST _openmp)
+    return()
+  endif()
+  if(CMAKE_OBJDUMP AND EXISTS "${CMAKE_OBJDUMP}")
+    set(_objdump "${CMAKE_OBJDUMP}")
+  else()
+    find_program(_objdump NAMES objdump)
+  endif()
+  set(_found "")
+  foreach(_name IN LISTS _openmp)
+    set(_soname "unknown: no objdump to read it")
+    if(_objdump)
+      execute_process(COMMAND "${_objdump}" -p "${libdir}/${_name}" OUTPUT_VARIABLE _headers ERROR_QUIET)
+      if(_headers MATCHES "\n[ \t]*SONAME[ \t]+([^ \t\n]+)")
+        set(_soname "${CMAKE_MATCH_1}")
+      else()
+        set(_soname "none")
+      endif()
+    endif()
+    if(_soname STREQUAL "libgomp.so.1")
+      return()
+    endif()
+    list(APPEND _found "${libdir}/${_name} (soname ${_soname})")
+  endforeach()
+  list(JOIN _found ", " _found)
+  message(FATAL_ERROR
+    "${built} uses OpenMP, but no library installed for it is libgomp.so.1, by name or soname.\n"
+    "Expected: a library in ${libdir} named libgomp.so.1 or with that soname. The model "
+    "library AOTInductor compiles into a package needs libgomp.so.1 by that name, and finds "
+    "it only among the libraries the runner has loaded, so the installed runner could not "
+    "load such a package.\n"
+    "Found: ${_found}.\n"
+    "Fix: build against a torch whose OpenMP runtime is libgomp.so.1 (the PyPI wheels' "
+    "torch/lib/libgomp.so.1 is), or one linked against the system's libgomp.so.1.")
 endfunction()
 
 # "installed the C++ runtime to DIR: 421 MiB in 8 files": what this install wrote (the
@@ -181,6 +253,7 @@ function(_identity_conv_report_runtime)
   # A file installed twice (e.g. by a rerun of a rule) is listed twice.
   set(_manifest ${CMAKE_INSTALL_MANIFEST_FILES})
   list(REMOVE_DUPLICATES _manifest)
+  set(_regular "")
   foreach(_file IN LISTS _manifest)
     set(_path "$ENV{DESTDIR}${_file}")
     if(IS_SYMLINK "${_path}")
@@ -189,6 +262,7 @@ function(_identity_conv_report_runtime)
       file(SIZE "${_path}" _size)
       math(EXPR _bytes "${_bytes} + ${_size}")
       math(EXPR _files "${_files} + 1")
+      list(APPEND _regular "${_path}")
     endif()
   endforeach()
   math(EXPR _mib "(${_bytes} + 524288) / 1048576")
@@ -196,6 +270,46 @@ function(_identity_conv_report_runtime)
   if(_links GREATER 0)
     set(_symlinks " and ${_links} symlinks")
   endif()
+  _identity_conv_system_requirements(_needs ${_regular})
   message(STATUS "installed the C++ runtime to $ENV{DESTDIR}${CMAKE_INSTALL_PREFIX}: "
-                 "${_mib} MiB in ${_files} files${_symlinks}")
+                 "${_mib} MiB in ${_files} files${_symlinks}${_needs}")
+endfunction()
+
+# "; needs glibc >= 2.28 and GLIBCXX >= 3.4.30 on the target machine": the newest glibc
+# and libstdc++ symbol versions <files> reference (what the system must provide, since
+# those are not bundled), from their version references as `objdump -p` lists them, a few
+# KiB per file. Empty when objdump is missing or no file references glibc.
+function(_identity_conv_system_requirements out)
+  set(${out} "" PARENT_SCOPE)
+  # The install script defines CMAKE_OBJDUMP, the configure step's objdump.
+  if(CMAKE_OBJDUMP AND EXISTS "${CMAKE_OBJDUMP}")
+    set(_objdump "${CMAKE_OBJDUMP}")
+  else()
+    find_program(_objdump NAMES objdump)
+  endif()
+  if(NOT _objdump OR NOT ARGN)
+    return()
+  endif()
+  execute_process(COMMAND "${_objdump}" -p ${ARGN} OUTPUT_VARIABLE _headers ERROR_QUIET)
+  set(_needs "")
+  foreach(_library IN ITEMS GLIBC GLIBCXX)
+    string(REGEX MATCHALL "[ \t]${_library}_[0-9]+(\\.[0-9]+)*" _versions "${_headers}")
+    set(_max "")
+    foreach(_version IN LISTS _versions)
+      string(REGEX REPLACE "^[ \t]${_library}_" "" _version "${_version}")
+      if(_max STREQUAL "" OR _version VERSION_GREATER _max)
+        set(_max "${_version}")
+      endif()
+    endforeach()
+    if(NOT _max STREQUAL "")
+      if(_library STREQUAL "GLIBC")
+        set(_library glibc)
+      endif()
+      list(APPEND _needs "${_library} >= ${_max}")
+    endif()
+  endforeach()
+  if(_needs MATCHES "^glibc")
+    list(JOIN _needs " and " _needs)
+    set(${out} "; needs ${_needs} on the target machine" PARENT_SCOPE)
+  endif()
 endfunction()
