@@ -1,5 +1,6 @@
 """What both CLIs share: consoles, and turning a typed error into a message and an
-exit code."""
+exit code. Nothing here imports torch at module level: run_inference --help loads
+this module, and must start without torch (the stages are imported where used)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,19 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, List, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, List, NoReturn, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from ..errors import EXIT_USAGE, IdentityConvError
 from ..locate import runner_path
-from ..compiler.onnx_export import is_onnx_path
-from ..package.archive import read_package_spec
-from ..package.spec import PackageSpec
-from ..verify.tolerance import FAILED, Comparison, Tolerance, list_verdict, tolerance_from_options, verdict_line
+from ..runtime import is_onnx_path
+
+if TYPE_CHECKING:
+    from ..package.spec import PackageSpec
+    from ..verify.tolerance import Comparison, Tolerance
 
 # Markup is off: messages carry paths and shapes such as "[tensor, ...]" that rich
 # would otherwise take for style tags. Styles are passed explicitly instead. Lines
@@ -95,6 +96,8 @@ AtolOption = Annotated[
 
 def tolerance_override(bitwise: bool, max_ulp: int | None, rtol: float | None, atol: float | None) -> Tolerance | None:
     """The rule the tolerance options ask for, or None when none was given."""
+    from ..verify.tolerance import tolerance_from_options
+
     return tolerance_from_options(bitwise=bitwise, max_ulp=max_ulp, rtol=rtol, atol=atol, default=None)
 
 
@@ -104,6 +107,8 @@ def read_spec(path: Path) -> PackageSpec:
         from ..runtime.onnx_runtime import read_onnx_spec
 
         return read_onnx_spec(path)
+    from ..package.archive import read_package_spec
+
     return read_package_spec(path)
 
 
@@ -135,6 +140,8 @@ def step_progress(total: int) -> Iterator[Callable[[str], None]]:
     function calls as each step starts; the bar advances as the next one begins.
     On an error the bar clears itself, so the error is not printed under a stale
     spinner line."""
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     progress = Progress(
         SpinnerColumn(),
         TextColumn("{task.description}", markup=False),
@@ -167,6 +174,8 @@ def step_progress(total: int) -> Iterator[Callable[[str], None]]:
 def print_check(name: str, comparisons: list[tuple[str, Comparison]]) -> bool:
     """Print one "label (rule): report" line per comparison, then "name: verdict line";
     True if the check passed."""
+    from ..verify.tolerance import FAILED, list_verdict, verdict_line
+
     for label, comparison in comparisons:
         console.print(f"{label} ({comparison.rule}): {comparison}")
     results = [comparison for _, comparison in comparisons]

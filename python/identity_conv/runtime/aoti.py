@@ -4,6 +4,7 @@ AOTI's package loader and run it on validated inputs."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
@@ -44,20 +45,89 @@ def to_package_device(tensors: list[torch.Tensor], spec: PackageSpec) -> list[to
     return [tensor.to(spec.device) for tensor in tensors]
 
 
+class CompiledPackage:
+    """A package model on torch's C++ loader, called as ``aoti_load_package``'s
+    ``AOTICompiledModel`` is: the inputs flattened with the package's call spec,
+    ``boxed_run``, the outputs unflattened with its out spec. Built here because
+    ``aoti_load_package`` imports Dynamo and Inductor (1.7 to 2.2 s of a cold start
+    here) to reach the same loader."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+        self._specs: tuple[pytree.TreeSpec, pytree.TreeSpec] | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._specs is None:
+            call_spec = self.loader.get_call_spec()
+            self._specs = (pytree.treespec_loads(call_spec[0]), pytree.treespec_loads(call_spec[1]))
+        in_spec, out_spec = self._specs
+        flat_inputs = pytree.tree_flatten((args, _reorder_kwargs(kwargs, in_spec)))[0]
+        flat_inputs = [x for x in flat_inputs if isinstance(x, torch.Tensor)]
+        flat_outputs = self.loader.boxed_run(flat_inputs)
+        return pytree.tree_unflatten(flat_outputs, out_spec)
+
+    def get_metadata(self) -> dict[str, str]:
+        return self.loader.get_metadata()
+
+
+def _reorder_kwargs(kwargs: dict[str, Any], in_spec: pytree.TreeSpec) -> dict[str, Any]:
+    """The keyword inputs in the order the call spec records them, as
+    torch.export._tree_utils.reorder_kwargs orders them for AOTICompiledModel, with
+    its error for a keyword set that differs."""
+    if in_spec.type is not tuple:
+        raise AssertionError(f"Expected spec type to be tuple, but got {in_spec.type}")
+    if in_spec.num_children != 2:
+        raise AssertionError(f"Expected spec to have 2 children, but got {in_spec.num_children}")
+    kwargs_spec = in_spec.child(1)
+    if kwargs_spec.type is not dict:
+        raise AssertionError(f"Expected kwargs_spec type to be dict, but got {kwargs_spec.type}")
+    names = kwargs_spec.context
+    if set(kwargs) != set(names):
+        raise ValueError(
+            f"Ran into a kwarg keyword mismatch: Got the following keywords {list(kwargs)} but expected {names}"
+        )
+    return {name: kwargs[name] for name in names}
+
+
+def package_loader_class() -> Any | None:
+    """torch's C++ package loader (``torch._C._aoti.AOTIModelPackageLoader``), or None
+    where this torch build does not bind it."""
+    return getattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader", None)
+
+
+def load_compiled(path: str | Path) -> Any:
+    """The package's model, callable like ``aoti_load_package``'s, and failing with
+    the same RuntimeError: straight on the C++ loader, else (a torch without the
+    binding) through ``torch._inductor.aoti_load_package``.
+
+    Call after the op libraries are loaded: the loader resolves the package's
+    torchbind classes and custom ops when it is constructed."""
+    loader_class = package_loader_class()
+    if loader_class is None:
+        from torch._inductor import aoti_load_package
+
+        return aoti_load_package(str(path))
+    # aoti_load_package's defaults: model "model", not single-threaded, one runner,
+    # the default device index.
+    return CompiledPackage(loader_class(str(path), "model", False, 1, -1))
+
+
 class LoadedPackage:
-    """A package loaded in this process with aoti_load_package."""
+    """A package loaded in this process (``load_compiled``)."""
 
     def __init__(self, path: str | Path, spec: PackageSpec) -> None:
         self.path = Path(path)
         self.spec = spec
         try:
-            self._compiled = torch._inductor.aoti_load_package(str(self.path))
+            self._compiled = load_compiled(self.path)
         except RuntimeError as error:
             first_line = str(error).strip().splitlines()[0]
             raise PackageError(f"could not load the AOTI package {self.path}: {first_line}") from error
 
     def run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         """Validate then run. Returns the outputs as a list."""
+        if self._compiled is None:
+            raise PackageError(f"the AOTI package {self.path} was closed; load it again to run it")
         ready = validate_inputs(inputs, self.spec)
         try:
             outputs = self._compiled(*ready)
@@ -66,6 +136,18 @@ class LoadedPackage:
             raise PackageError(f"running the AOTI package {self.path} failed: {first_line}") from error
         # Python gets the model's output structure back; C++ gets the flat list.
         return pytree.tree_leaves(outputs)
+
+    def close(self) -> None:
+        """Drop the loader, which removes the folder it extracted the package into;
+        a process that ends without Python's teardown (run_inference) calls this
+        first. Running afterwards is an error."""
+        self._compiled = None
+
+    def __enter__(self) -> "LoadedPackage":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def load_package(path: str | Path, spec: PackageSpec) -> LoadedPackage:

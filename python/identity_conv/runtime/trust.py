@@ -106,7 +106,7 @@ def refuse_library_arguments(path: str | os.PathLike[str], libraries: Sequence[o
 
 
 def _read_bare_spec(path: Path) -> PackageSpec:
-    from ..compiler.onnx_export import is_onnx_path
+    from . import is_onnx_path
 
     if is_onnx_path(path):
         from .onnx_runtime import read_onnx_spec
