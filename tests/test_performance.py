@@ -232,7 +232,8 @@ def test_runner_bench_options_are_checked(compiled_package, build, op_library, a
 
 def test_benchmark_tiny_run_writes_json_markdown_and_png(build, op_library, tmp_path):
     result = runner.invoke(benchmark_app, [
-        "--sizes", "1x3x16x16", "--iterations", "0.02", "--bandwidth-mb", "2", "--no-signing", "--output-dir", str(tmp_path),
+        "--sizes", "1x3x16x16", "--iterations", "0.02", "--bandwidth-mb", "2", "--no-signing", "--no-cold-start",
+        "--no-compile-time", "--cpu-targets", "x86-64-v2", "--output-dir", str(tmp_path),
         "--runner", str(build.runner), "--op-lib", str(op_library)])
     assert result.exit_code == 0, result.output
     def reject(constant: str) -> None:
@@ -245,7 +246,9 @@ def test_benchmark_tiny_run_writes_json_markdown_and_png(build, op_library, tmp_
 
     # The ONNX path is measured by default whenever the ONNX extra is installed.
     onnx = [] if missing_onnx_packages() else ["ONNX (onnxruntime)"]
-    assert list(size["latencies"]) == ["eager", "torch.compile", "AOTI-Python", "AOTI-C++", *onnx, "floor: 4 copies"]
+    assert list(size["latencies"]) == ["eager", "torch.compile", "AOTI-Python", "AOTI-C++", "AOTI-C++ x86-64-v2",
+                                       *onnx, "floor: 4 copies"]
+    assert data["cpu_targets"] == ["x86-64-v2"]
     for latency in size["latencies"].values():
         assert 0 < latency["p50"] <= latency["p90"] <= latency["p99"] and latency["runs"] >= 3
     assert size["ratio_to_floor"]["floor: 4 copies"] == 1.0
@@ -254,6 +257,7 @@ def test_benchmark_tiny_run_writes_json_markdown_and_png(build, op_library, tmp_
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     markdown = (tmp_path / "bench.md").read_text()
     assert "| 1x3x16x16 | AOTI-C++ |" in markdown and "| target | measured | met |" in markdown
+    assert "| 1x3x16x16 | AOTI-C++ x86-64-v2 |" in markdown
     assert all(f"| 1x3x16x16 | {path} |" in markdown for path in onnx)
     assert "performance targets, as measured in this run" in result.output
 

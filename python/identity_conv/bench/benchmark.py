@@ -26,7 +26,9 @@ from ..models.identity import IdentityModel
 from ..ops.loader import load_op_library
 from ..compiler.pipeline import BuildConfig, BuildResult, export_and_compile
 from ..runtime.tensor_files import save_tensors
+from ..package.host import CPU_TARGETS
 from .cold_start import ColdStartResult
+from .compile_time import CompileTimes
 from .signing import SigningResult
 
 # name -> NCHW shape of the float32 input.
@@ -83,10 +85,17 @@ class SizeResult:
         return self.latencies[path].p50 / self.latencies[FLOOR].p50
 
 
+def target_path(cpu_target: str) -> str:
+    """The path name of the C++ runner on a package compiled for a portable CPU target."""
+    return f"AOTI-C++ {cpu_target}"
+
+
 def report_paths(report: "BenchReport") -> list[str]:
-    """The paths measured in ``report``, in PATHS order, ONNX before the floor."""
+    """The paths measured in ``report``, in PATHS order, the CPU-target rows after
+    AOTI-C++, ONNX before the floor."""
     measured = {path for size in report.sizes for path in size.latencies}
-    return [path for path in (*PATHS[:-1], ONNX_PATH, FLOOR) if path in measured]
+    targets = [target_path(name) for name in CPU_TARGETS]
+    return [path for path in (*PATHS[:-1], *targets, ONNX_PATH, FLOOR) if path in measured]
 
 
 @dataclass
@@ -131,6 +140,8 @@ class BenchReport:
     bandwidth: BandwidthResult | None = None
     signing: list[SigningResult] = field(default_factory=list)
     cold_start: ColdStartResult | None = None
+    compile_time: CompileTimes | None = None
+    cpu_targets: list[str] = field(default_factory=list)  # portable targets timed per size
 
     def to_json(self) -> dict[str, object]:
         data = asdict(self)
@@ -144,6 +155,8 @@ class BenchReport:
             entry["cold_start_ratio"] = result.cold_start_ratio
         if self.cold_start:
             data["cold_start"]["ratio"] = self.cold_start.ratio
+        if self.compile_time:
+            data["compile_time"]["cold_ratio"] = self.compile_time.cold_ratio
         return data
 
 
@@ -266,6 +279,8 @@ def run_benchmark(
     onnx: bool = False,
     signing: bool = False,
     cold_start: bool = False,
+    cpu_targets: list[str] | None = None,
+    compile_time: bool = False,
 ) -> BenchReport:
     """Measure every path at every size in this one run.
 
@@ -289,6 +304,10 @@ def run_benchmark(
             extra).
         cold_start: also time whole processes on the 1x3x224x224 package: aoti_runner,
             run_inference, and run_inference --help (see cold_start.py).
+        cpu_targets: portable CPU targets (package.host.CPU_TARGETS) to compile each size
+            for and time in the C++ runner, beside the native package.
+        compile_time: also time a cold export_compile of the demo model against plain
+            torch.export + aoti_compile_and_package, and a warm one (see compile_time.py).
 
     Returns:
         The BenchReport; nothing is printed.
@@ -302,7 +321,8 @@ def run_benchmark(
     work_dir.mkdir(parents=True, exist_ok=True)
     if repeats < 1:
         raise IdentityConvError(f"--repeats must be >= 1, got {repeats}")
-    report = BenchReport(machine_facts(), torch.__version__, iterations_scale, optimize, repeats)
+    report = BenchReport(machine_facts(), torch.__version__, iterations_scale, optimize, repeats,
+                         cpu_targets=list(cpu_targets or []))
     for name in sizes:
         shape = parse_size(name)
         iterations = max(3, int(BASE_ITERATIONS.get(name, 200) * iterations_scale))
@@ -312,6 +332,14 @@ def run_benchmark(
         config = BuildConfig(batch=batch, channels=channels, height=height, width=width, op_libs=[library],
                              output=work_dir / f"model_{name}.pt2", optimize=optimize)
         package_path = require_verified(export_and_compile(config), "the package")
+        target_packages = {}
+        for cpu_target in report.cpu_targets:
+            step(f"{name}: compile the package for {cpu_target}")
+            target_config = dataclasses.replace(config, cpu_target=cpu_target,
+                                                output=work_dir / f"model_{name}_{cpu_target}.pt2")
+            target_packages[cpu_target] = require_verified(export_and_compile(target_config),
+                                                           f"the {cpu_target} package")
+        target_runs: dict[str, list[dict[str, object]]] = {cpu_target: [] for cpu_target in target_packages}
         x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
         inputs = save_tensors(work_dir / f"input_{name}.pt", [x])
         model = IdentityModel(channels).eval()
@@ -333,6 +361,9 @@ def run_benchmark(
             for _ in range(repeats):
                 python_runs.append(time_calls(lambda: package(x), iterations, warmup))
                 cpp_runs.append(run_cpp_bench(runner, package_path, library, inputs, iterations, warmup, work_dir))
+                for cpu_target, target_package in target_packages.items():  # the same C++ timing, per target
+                    target_runs[cpu_target].append(run_cpp_bench(runner, target_package, library, inputs, iterations,
+                                                                 warmup, work_dir))
             latencies["AOTI-Python"] = _median_run(python_runs, lambda r: r.p50)
         cpp = _median_run(cpp_runs, lambda r: float(r["p50_us"]))
         if cpp.get("floor") != CPP_IDENTITY_FLOOR:
@@ -340,7 +371,11 @@ def run_benchmark(
                                     f"{CPP_IDENTITY_FLOOR!r}: does the package declare its identity model?")
         latencies["AOTI-C++"] = Latency(cpp["p50_us"], cpp["p90_us"], cpp["p99_us"], int(cpp["outputs_checked"]))
         latencies[FLOOR] = Latency(cpp["floor_p50_us"], cpp["floor_p90_us"], cpp["floor_p99_us"], iterations)
-        order = (*PATHS[:-1], ONNX_PATH, FLOOR)
+        for cpu_target, runs in target_runs.items():
+            best = _median_run(runs, lambda r: float(r["p50_us"]))
+            latencies[target_path(cpu_target)] = Latency(best["p50_us"], best["p90_us"], best["p99_us"],
+                                                         int(best["outputs_checked"]))
+        order = (*PATHS[:-1], *(target_path(t) for t in report.cpu_targets), ONNX_PATH, FLOOR)
         report.sizes.append(SizeResult(name, shape, x.numel() * 4 / 1e6, {p: latencies[p] for p in order if p in latencies},
                                        str(cpp["malloc"]), int(cpp["intra_op_threads"]), torch.get_num_threads(),
                                        int(cpp["minor_page_faults"]), str(cpp.get("intra_op_choice", ""))))
@@ -371,6 +406,11 @@ def run_benchmark(
         report.signing = _measure_signing(work_dir, runner, library, optimize, step)
     if cold_start:
         report.cold_start = _measure_cold_start(work_dir, runner, library, optimize, step, report)
+    if compile_time:
+        from .compile_time import measure_compile_time
+
+        step("compile time: cold export_compile vs torch.export + aoti_compile_and_package, then warm")
+        report.compile_time = measure_compile_time(work_dir / "compile_time", library, runs=1)
     return report
 
 
@@ -508,6 +548,13 @@ def targets(report: BenchReport) -> list[Target]:
         found.append(Target("cold start: run_inference <= 8x aoti_runner (the ratio of their targets)",
                             f"{c.run_inference.median_ms:.0f} vs {c.aoti_runner.median_ms:.0f} ms = {c.ratio:.1f}x",
                             c.ratio <= 8.0))
+    if report.compile_time:
+        t = report.compile_time
+        found.append(Target("compile: cold export_compile <= 1.15x torch.export + aoti_compile_and_package",
+                            f"{t.toolkit.work_s:.1f} vs {t.baseline.work_s:.1f} s = {t.cold_ratio:.2f}x",
+                            t.cold_ratio <= 1.15))
+        found.append(Target("compile: warm export_compile (cache hit) <= 2.0 s, whole process",
+                            f"{t.warm_s:.2f} s", t.warm_s <= 2.0))
     if report.serving:
         s = report.serving
         found.append(Target("C++ serving: 2 threads >= 1.8x the throughput of 1",
@@ -535,6 +582,28 @@ def markdown_table(report: BenchReport) -> str:
                   "peak RSS (MB) |", "|---|---|---|---|"]
         lines += [f"| {t.name} | {t.median_ms:.0f} | {t.min_ms:.0f} | {t.peak_rss_mb:.0f} |" for t in c.timings]
         lines.append(f"| run_inference / aoti_runner | {c.ratio:.1f}x | | |")
+    if report.compile_time:
+        lines += ["", *compile_time_rows(report.compile_time)]
     lines += ["", "| target | measured | met |", "|---|---|---|"]
     lines += [f"| {t.name} | {t.measured} | {'yes' if t.met else 'no'} |" for t in targets(report)]
     return "\n".join(lines) + "\n"
+
+
+def compile_time_rows(t: CompileTimes) -> list[str]:
+    """The compile section as Markdown: each flow's time after imports, stage by stage
+    for export_compile, and whole-process wall time."""
+    stages = ", ".join(f"{name} {seconds:.2f}" for name, seconds in t.toolkit.stages.items())
+    one = t.toolkit_one_thread
+    return [
+        f"| compile (demo model, cold: a fresh Inductor cache; median of {t.runs}) | after imports (s) | "
+        "whole process (s) | stages (s) |",
+        "|---|---|---|---|",
+        f"| torch.export.export + aoti_compile_and_package | {t.baseline.work_s:.2f} | {t.baseline.wall_s:.2f} | "
+        f"export {t.baseline.stages['export']:.2f}, compile {t.baseline.stages['compile']:.2f} |",
+        f"| export_compile | {t.toolkit.work_s:.2f} | {t.toolkit.wall_s:.2f} | {stages} |",
+        f"| export_compile, Inductor compile threads 1 (default {t.default_threads}) | {one.work_s:.2f} | "
+        f"{one.wall_s:.2f} | compile {one.stages.get('compile', 0):.2f} |",
+        f"| export_compile, warm (cache hit) | | {t.warm_s:.2f} | |",
+        f"| Inductor's one-time vector-ISA probe (first compile on a machine) | {t.isa_probe_s:.2f} | | |",
+        f"| export_compile / plain | {t.cold_ratio:.2f}x | | |",
+    ]

@@ -10,8 +10,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ..bench.benchmark import FLOOR, SIZES, markdown_table, plot, run_benchmark, targets, write_json
-from ..errors import EXIT_MISMATCH
+from ..bench.benchmark import FLOOR, SIZES, compile_time_rows, markdown_table, plot, run_benchmark, targets, write_json
+from ..errors import EXIT_MISMATCH, IdentityConvError
 from .common import OpLibOption, RunnerOption, console, exit_with, require_runner, step_progress
 
 app = typer.Typer(add_completion=False, rich_markup_mode="rich")
@@ -74,6 +74,18 @@ def benchmark(
         typer.Option(help="Also sign the demo package and a 68 MB one into bundles, and time their verification in "
                      "both runtimes and the C++ cold start with and without it (needs the sign extra)."),
     ] = True,
+    cpu_targets: Annotated[
+        str,
+        typer.Option(help="Comma-separated portable CPU targets (x86-64-v2, x86-64-v3, x86-64-v4) to compile each size "
+                     "for and time in the C++ runner beside the native package; 'none' skips them. Default: every "
+                     "level this host has."),
+    ] = "",
+    compile_time: Annotated[
+        bool,
+        typer.Option(help="Also time a cold export_compile of the demo model, stage by stage, against plain "
+                     "torch.export.export + aoti_compile_and_package, each in a fresh process with a fresh Inductor "
+                     "cache, and a warm export_compile (a cache hit)."),
+    ] = True,
     cold_start: Annotated[
         bool,
         typer.Option(help="Also time whole processes on the demo package, from start to exit after the verified "
@@ -88,12 +100,13 @@ def benchmark(
     try:
         with_onnx = onnx_wanted(onnx)
         steps = (4 + int(with_onnx)) * len(names) + int(serving) + int(bandwidth_mb > 0) + 3 * int(signing)
-        steps += int(cold_start)
+        targets_wanted = _cpu_targets(cpu_targets)
+        steps += int(cold_start) + int(compile_time) + len(targets_wanted) * len(names)
         runner = require_runner(runner)
         with step_progress(steps) as on_step:
             report = run_benchmark(names, output_dir, runner, op_lib, iterations, optimize, serving, bandwidth_mb,
                                    on_step, repeats, onnx=with_onnx, signing=signing,
-                                   cold_start=cold_start)
+                                   cold_start=cold_start, cpu_targets=targets_wanted, compile_time=compile_time)
         json_path = write_json(report, output_dir / "bench.json")
         (output_dir / "bench.md").write_text(markdown_table(report))
         png_path = plot(report, output_dir / "bench.png")
@@ -151,6 +164,15 @@ def benchmark(
             cold.add_row(t.name, f"{t.median_ms:.0f}", f"{t.min_ms:.0f}", f"{t.peak_rss_mb:.0f}")
         console.print(cold)
 
+    if report.compile_time:
+        compile_table = Table(title="compile time: the demo model, cold (a fresh Inductor cache per process), then warm")
+        header, _, *rows = compile_time_rows(report.compile_time)
+        for column in header.strip("|").split("|"):
+            compile_table.add_column(column.strip(), justify="left" if "(s)" not in column else "right")
+        for row in rows:
+            compile_table.add_row(*(cell.strip() for cell in row.strip("|").split("|")))
+        console.print(compile_table)
+
     checks = Table(title="performance targets, as measured in this run")
     for column in ("target", "measured", "met"):
         checks.add_column(column)
@@ -162,6 +184,25 @@ def benchmark(
     console.print(f"wrote {json_path}, {output_dir / 'bench.md'} and {png_path}")
     if check_targets and not all(target.met for target in found):
         raise typer.Exit(EXIT_MISMATCH)
+
+
+def _cpu_targets(text: str) -> list[str]:
+    """--cpu-targets: '' is every level this host has, 'none' is none."""
+    from ..compiler.cpu_target import check_cpu_target
+    from ..package.host import CPU_TARGETS, host_cpu_flags, missing_cpu_flags
+
+    if text.strip().lower() == "none":
+        return []
+    if not text.strip():
+        flags = host_cpu_flags()
+        return [name for name, target in CPU_TARGETS.items() if not missing_cpu_flags(list(target.flags), flags)]
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    for name in names:
+        if name not in CPU_TARGETS:
+            raise IdentityConvError(f"--cpu-targets: unknown target {name!r}; expected some of "
+                                    f"{', '.join(CPU_TARGETS)}, or none", kind="usage")
+        check_cpu_target(name)
+    return names
 
 
 def main() -> None:
