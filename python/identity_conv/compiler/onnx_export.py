@@ -31,6 +31,7 @@ import numpy
 import torch
 from torch import nn
 
+from ..runtime import is_onnx_path  # noqa: F401 (re-exported: one definition, torch-free)
 from ..errors import ExportError, IdentityConvError
 from .export import class_qualname, export_model, graph_calls, input_specs, shared_dims
 from .onnx_translations import class_routes, portable_translation
@@ -72,10 +73,6 @@ def onnx_wanted(flag: bool | None) -> bool:
     if flag:
         require_onnx()
     return flag if flag is not None else not missing_onnx_packages()
-
-
-def is_onnx_path(path: str | Path) -> bool:
-    return Path(path).suffix.lower() == ".onnx"
 
 
 @dataclass

@@ -34,8 +34,8 @@ _LAZY = {
 
 def is_onnx_path(path: str | os.PathLike[str]) -> bool:
     """Whether a model path goes to onnxruntime rather than AOTI: by its suffix, so
-    no ONNX module (nor torch) is imported to tell a .pt2. The same test as
-    compiler.onnx_export.is_onnx_path."""
+    no ONNX module (nor torch) is imported to tell a .pt2. compiler.onnx_export
+    re-exports it."""
     return Path(path).suffix.lower() == ".onnx"
 
 
@@ -47,11 +47,16 @@ if TYPE_CHECKING:
     from .validation import InputDesc, check_inputs, validate_inputs
 
 
+_MODULES = ("aoti", "onnx_runtime", "preflight", "random_inputs", "tensor_files", "trust", "validation")
+
+
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name], __name__), name)
         globals()[name] = value
         return value
+    if name in _MODULES:  # as an eager import of them made them attributes
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
