@@ -146,6 +146,20 @@ def test_without_the_binding_the_loader_falls_back_to_aoti_load_package(demo_pac
     assert aoti.load_compiled(demo_package) == "compiled" and calls == [str(demo_package)]
 
 
+def test_a_torch_that_cannot_load_packages_from_python_gets_a_clear_error(demo_package, build, private_tmp,
+                                                                          monkeypatch):
+    """aoti_load_package needs the same binding: without it, a PackageError (exit 2)
+    that says what is missing and to use aoti_runner, not an AttributeError."""
+    from identity_conv.cli.run_inference import app as run_inference_app
+
+    monkeypatch.delattr(torch._C._aoti, "AOTIModelPackageLoader")
+    with pytest.raises(PackageError, match=r"cannot load AOTInductor packages from Python.*aoti_runner"):
+        aoti.load_compiled(demo_package)
+    result = CliRunner().invoke(run_inference_app, [str(demo_package), str(build.op_library)])
+    assert result.exit_code == 2, result.output
+    assert "cannot load AOTInductor packages from Python" in result.output
+
+
 def test_the_fallback_runs_the_package_with_the_same_bits(demo_package, private_tmp, monkeypatch):
     x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(4))
     direct = aoti.load_package(demo_package, read_package_spec(demo_package))
@@ -252,7 +266,6 @@ def test_measure_cold_start_runs_each_command_and_checks_it_passed(demo_package,
     assert [t.name for t in result.timings] == ["aoti_runner", "run_inference", "run_inference --help"]
     for timing in result.timings:
         assert timing.runs == 1 and timing.min_ms == timing.median_ms > 0 and timing.peak_rss_mb > 0
-    assert result.ratio == result.run_inference.median_ms / result.aoti_runner.median_ms
     # Each peak is the command's own, not this (torch-holding) process's: --help holds no torch.
     assert result.run_inference_help.peak_rss_mb < result.aoti_runner.peak_rss_mb < result.run_inference.peak_rss_mb
     with pytest.raises(Exception, match="failed with exit 2"):
@@ -264,9 +277,9 @@ def _timing(name: str, ms: float) -> ProcessTiming:
 
 
 @pytest.mark.parametrize("runner_ms, python_ms, help_ms, met", [
-    (200, 1500, 300, [True, True, True, True]),
-    (300, 2200, 600, [False, False, False, True]),
-    (100, 1500, 300, [True, True, True, False]),  # 15x: within both targets, not their ratio
+    (200, 1500, 300, [True, True, True]),
+    (300, 2200, 600, [False, False, False]),
+    (100, 1500, 300, [True, True, True]),  # 15x: the ratio is reported, not a target
 ])
 def test_cold_start_in_the_report_targets_and_markdown(runner_ms, python_ms, help_ms, met):
     report = BenchReport({"cpu": "test", "cores": "2"}, torch.__version__, 1.0, True, 1)

@@ -1,4 +1,4 @@
-"""The package run from Python with aoti_load_package: bit-identical to its input,
+"""The package run from Python on torch's C++ package loader (run_inference): bit-identical to its input,
 and inputs checked against the package's spec before anything runs."""
 
 from __future__ import annotations

@@ -28,11 +28,16 @@ if TYPE_CHECKING:
     from .ops import identity_conv, load_op_library
 
 
+_SUBPACKAGES = ("bench", "cli", "compiler", "models", "ops", "package", "runtime", "verify", "errors", "locate")
+
+
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name], __name__), name)
         globals()[name] = value
         return value
+    if name in _SUBPACKAGES:  # as an eager import of them made them attributes
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -6,6 +6,7 @@ for identity models, against the inputs."""
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import sys
@@ -117,14 +118,17 @@ def run_inference(
     ] = False,
 ) -> None:
     # The stages import torch: here, not at module level, so --help starts without it.
-    from ..runtime.aoti import load_package, load_package_libraries, to_package_device
-    from ..runtime.preflight import check_runs_here, this_host
-    from ..runtime.random_inputs import make_random_inputs
-    from ..runtime.tensor_files import load_tensors, save_tensors
-    from ..runtime.trust import open_model, refuse_library_arguments, trust_policy
-    from ..runtime.validation import validate_inputs
-    from ..verify.tolerance import compare, plan_checks
-    from .parsing import parse_shape
+    try:
+        from ..runtime.aoti import load_package, load_package_libraries, to_package_device
+        from ..runtime.preflight import check_runs_here, this_host
+        from ..runtime.random_inputs import make_random_inputs
+        from ..runtime.tensor_files import load_tensors, save_tensors
+        from ..runtime.trust import open_model, refuse_library_arguments, trust_policy
+        from ..runtime.validation import validate_inputs
+        from ..verify.tolerance import compare, plan_checks
+        from .parsing import parse_shape
+    except Exception as error:  # a broken torch install: exit 2 with the reason, not 1 (a mismatch)
+        exit_with(error)
 
     # Removes a verified bundle's private copy on the way out, whatever the exit.
     with ExitStack() as cleanup:
@@ -237,4 +241,6 @@ def main() -> NoReturn:
         except (OSError, ValueError):  # a closed pipe: nothing left to deliver
             pass
     logging.shutdown()
+    # C stdio too (an op library's printf into a pipe), as the C++ runner's fflush(nullptr).
+    ctypes.CDLL(None).fflush(None)
     os._exit(code or 0)

@@ -8,6 +8,7 @@ import os
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 from ..errors import PackageError
 from .spec import PackageSpec
@@ -24,6 +25,22 @@ def check_model_file(path: Path, what: str, hint: str) -> None:
         raise PackageError(f"{what} path is not a file: {path}\n{hint}", kind="not_found")
     if path.stat().st_size == 0:
         raise PackageError(f"{what} is empty (0 bytes): {path}\n{hint}", kind="damaged")
+
+
+def package_loader_class() -> Any | None:
+    """torch's C++ package loader (``torch._C._aoti.AOTIModelPackageLoader``), or None
+    where this torch build does not bind it."""
+    import torch
+
+    return getattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader", None)
+
+
+def no_loader_message() -> str:
+    import torch
+
+    return (f"torch {torch.__version__} cannot load AOTInductor packages from Python: it has no "
+            "torch._C._aoti.AOTIModelPackageLoader. Run the package with aoti_runner, or use a torch build with "
+            "AOTInductor")
 
 
 def read_package_metadata(path: str | Path) -> dict[str, str]:
@@ -46,8 +63,11 @@ def read_package_metadata(path: str | Path) -> dict[str, str]:
             f"directory).\n{_HINT}",
             kind="damaged",
         )
+    loader_class = package_loader_class()
+    if loader_class is None:
+        raise PackageError(f"{no_loader_message()} (needed to read {path}).")
     try:
-        metadata = torch._C._aoti.AOTIModelPackageLoader.load_metadata_from_package(str(path), "model")
+        metadata = loader_class.load_metadata_from_package(str(path), "model")
     except RuntimeError as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise PackageError(

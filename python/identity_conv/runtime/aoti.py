@@ -8,10 +8,14 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+# What AOTICompiledModel orders keyword inputs with; part of torch.export, which
+# `import torch` has loaded already (no Dynamo).
+from torch.export._tree_utils import reorder_kwargs
 
 from ..errors import PackageError
 from ..models.user import import_modules
 from ..ops.loader import LIBRARY_NAME, load_op_libraries, load_op_library
+from ..package.archive import no_loader_message, package_loader_class
 from ..package.spec import PackageSpec
 from .preflight import check_required_symbols, check_runs_here, this_host
 from .validation import validate_inputs
@@ -61,7 +65,7 @@ class CompiledPackage:
             call_spec = self.loader.get_call_spec()
             self._specs = (pytree.treespec_loads(call_spec[0]), pytree.treespec_loads(call_spec[1]))
         in_spec, out_spec = self._specs
-        flat_inputs = pytree.tree_flatten((args, _reorder_kwargs(kwargs, in_spec)))[0]
+        flat_inputs = pytree.tree_flatten((args, reorder_kwargs(kwargs, in_spec)))[0]
         flat_inputs = [x for x in flat_inputs if isinstance(x, torch.Tensor)]
         flat_outputs = self.loader.boxed_run(flat_inputs)
         return pytree.tree_unflatten(flat_outputs, out_spec)
@@ -70,43 +74,22 @@ class CompiledPackage:
         return self.loader.get_metadata()
 
 
-def _reorder_kwargs(kwargs: dict[str, Any], in_spec: pytree.TreeSpec) -> dict[str, Any]:
-    """The keyword inputs in the order the call spec records them, as
-    torch.export._tree_utils.reorder_kwargs orders them for AOTICompiledModel, with
-    its error for a keyword set that differs."""
-    if in_spec.type is not tuple:
-        raise AssertionError(f"Expected spec type to be tuple, but got {in_spec.type}")
-    if in_spec.num_children != 2:
-        raise AssertionError(f"Expected spec to have 2 children, but got {in_spec.num_children}")
-    kwargs_spec = in_spec.child(1)
-    if kwargs_spec.type is not dict:
-        raise AssertionError(f"Expected kwargs_spec type to be dict, but got {kwargs_spec.type}")
-    names = kwargs_spec.context
-    if set(kwargs) != set(names):
-        raise ValueError(
-            f"Ran into a kwarg keyword mismatch: Got the following keywords {list(kwargs)} but expected {names}"
-        )
-    return {name: kwargs[name] for name in names}
-
-
-def package_loader_class() -> Any | None:
-    """torch's C++ package loader (``torch._C._aoti.AOTIModelPackageLoader``), or None
-    where this torch build does not bind it."""
-    return getattr(getattr(torch._C, "_aoti", None), "AOTIModelPackageLoader", None)
-
-
 def load_compiled(path: str | Path) -> Any:
     """The package's model, callable like ``aoti_load_package``'s, and failing with
     the same RuntimeError: straight on the C++ loader, else (a torch without the
-    binding) through ``torch._inductor.aoti_load_package``.
+    binding) through ``torch._inductor.aoti_load_package``, and a PackageError if
+    that cannot load packages either.
 
     Call after the op libraries are loaded: the loader resolves the package's
     torchbind classes and custom ops when it is constructed."""
     loader_class = package_loader_class()
     if loader_class is None:
-        from torch._inductor import aoti_load_package
+        try:
+            from torch._inductor import aoti_load_package
 
-        return aoti_load_package(str(path))
+            return aoti_load_package(str(path))
+        except (AttributeError, ImportError) as error:  # it needs the same binding
+            raise PackageError(f"{no_loader_message()} (aoti_load_package: {error}).") from error
     # aoti_load_package's defaults: model "model", not single-threaded, one runner,
     # the default device index.
     return CompiledPackage(loader_class(str(path), "model", False, 1, -1))
