@@ -15,7 +15,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import PACKAGE_SHAPE, run_cmd
+from conftest import PACKAGE_SHAPE, run_cli, run_cmd
 # The bring-your-own-model package with two inputs and two outputs (not an identity).
 from test_user_models import scale_shift  # noqa: F401
 import identity_conv.bench.benchmark as benchmark_stage
@@ -491,3 +491,40 @@ def test_runner_bench_chooses_intra_op_threads_by_timing_the_package(compiled_pa
     assert line == f"bench: intra-op threads 1: cores / serving threads = {cores} / {cores}, so 1: nothing to choose from"
     line, data = bench("--intra-op-threads", "3")
     assert data["intra_op_threads"] == 3 and line == "bench: intra-op threads 3: set with --intra-op-threads"
+
+
+# --- the compile-time section and the CPU-target rows -----------------------------------
+
+def _compile_times(toolkit_s: float, baseline_s: float, warm_s: float):
+    from identity_conv.bench.compile_time import CompileRun, CompileTimes
+
+    toolkit = CompileRun(9.0, 1.5, toolkit_s, {"export": 1.0, "compile": toolkit_s - 1.0})
+    baseline = CompileRun(9.0, 1.5, baseline_s, {"export": 1.0, "compile": baseline_s - 1.0})
+    return CompileTimes(3, 6.0, baseline, toolkit, toolkit, warm_s, 2)
+
+
+@pytest.mark.parametrize("toolkit_s, baseline_s, warm_s, met", [
+    (7.0, 7.5, 1.5, [True, True]),
+    (9.0, 7.5, 2.5, [False, False]),  # 1.2x and a slow cache hit
+    (8.6, 7.5, 2.0, [True, True]),  # 1.147x: just within
+])
+def test_compile_section_targets_and_markdown(toolkit_s, baseline_s, warm_s, met):
+    report = benchmark_stage.BenchReport({"cpu": "test", "cores": "2"}, "2.13.0", 1.0, True, 1)
+    report.compile_time = _compile_times(toolkit_s, baseline_s, warm_s)
+    found = [t for t in benchmark_stage.targets(report) if t.name.startswith("compile:")]
+    assert [t.met for t in found] == met
+    assert report.to_json()["compile_time"]["cold_ratio"] == pytest.approx(toolkit_s / baseline_s)
+    markdown = benchmark_stage.markdown_table(report)
+    assert f"| export_compile | {toolkit_s:.2f} | 1.50 | 9.00 | export 1.00, compile {toolkit_s - 1:.2f} |" in markdown
+    assert f"| export_compile, warm (cache hit) |  |  | {warm_s:.2f} |  |" in markdown
+    assert f"| export_compile / plain, after imports | {toolkit_s / baseline_s:.2f}x |" in markdown
+
+
+def test_benchmark_cpu_targets_option(build, tmp_path):
+    from identity_conv.cli.benchmark import _cpu_targets
+
+    assert _cpu_targets("none") == []
+    assert _cpu_targets("x86-64-v2, x86-64-v2") == ["x86-64-v2"]
+    result = run_cli("benchmark", "--cpu-targets", "x86-64-v9", "--output-dir", tmp_path, cwd=tmp_path, build=build)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "unknown target 'x86-64-v9'" in result.stdout + result.stderr

@@ -21,10 +21,16 @@ from pathlib import Path
 
 from ..errors import IdentityConvError
 
-# Run in a fresh process: the plain flow a user writes by hand, timed after imports.
-_BASELINE = """
+# Both flows import the same compiler modules before their clock starts, so each stage
+# holds its work, not whichever import happened to land in it; the import is timed apart.
+_IMPORTS = """
 import json, sys, time
-import torch
+began = time.perf_counter()
+import torch, torch._dynamo, torch._inductor.compile_fx, torch._inductor.lowering
+imported = time.perf_counter() - began
+"""
+# Run in a fresh process: the plain flow a user writes by hand, timed after imports.
+_BASELINE = _IMPORTS + """
 from identity_conv.ops import load_op_library
 load_op_library(sys.argv[1])
 from identity_conv.models.identity import IdentityModel
@@ -36,28 +42,36 @@ with torch.no_grad():
 exported = time.perf_counter()
 torch._inductor.aoti_compile_and_package(program, package_path=sys.argv[2])
 done = time.perf_counter()
-print(json.dumps({"export": exported - start, "compile": done - exported}))
+print(json.dumps({"import": imported, "total": done - start,
+                  "stages": {"export": exported - start, "compile": done - exported}}))
 """
 # The toolkit's export_and_compile (export_compile's stage function), timed the same way.
-_TOOLKIT = """
-import json, sys, time
+_TOOLKIT = _IMPORTS + """
 from pathlib import Path
 from identity_conv.compiler.pipeline import BuildConfig, export_and_compile
 start = time.perf_counter()
 result = export_and_compile(BuildConfig(output=Path(sys.argv[2]), op_libs=[Path(sys.argv[1])], force=True))
 total = time.perf_counter() - start
 assert result.written and result.passed, "the package failed its checks"
-print(json.dumps({"total": total, "stages": result.timings}))
+print(json.dumps({"import": imported, "total": total, "stages": result.timings}))
 """
-_PROBE = "from torch._inductor import cpu_vec_isa; cpu_vec_isa.valid_vec_isa_list()"
+_PROBE = """
+import time
+from torch._inductor import cpu_vec_isa
+start = time.perf_counter()
+cpu_vec_isa.valid_vec_isa_list()
+print(time.perf_counter() - start)
+"""
 
 
 @dataclass
 class CompileRun:
-    """One cold run: whole-process wall time and the in-process time after imports."""
+    """One cold run: whole-process wall time, the import of torch and its compiler
+    modules, and each stage after it."""
 
     wall_s: float
-    work_s: float
+    import_s: float
+    work_s: float  # after imports, to the package written (the stages and what joins them)
     stages: dict[str, float] = field(default_factory=dict)
 
 
@@ -66,7 +80,7 @@ class CompileTimes:
     """The compile section: medians of ``runs`` cold runs of each flow, the warm run,
     and the same cold toolkit run with Inductor's compile threads set to 1."""
 
-    runs: int
+    runs: int  # cold runs of each flow, in rotating order; the median run is kept
     isa_probe_s: float  # Inductor's first-ever probe of the host's vector ISAs (cached after)
     baseline: CompileRun  # torch.export.export + aoti_compile_and_package
     toolkit: CompileRun  # export_and_compile: export, optimize, compile, verify, spec
@@ -90,22 +104,18 @@ def _process(args: list[str], env: dict[str, str]) -> tuple[float, str]:
     return wall, result.stdout
 
 
-def _median_run(runs: list[CompileRun]) -> CompileRun:
-    """The run with the median in-process time (an odd count picks a real run)."""
-    ordered = sorted(runs, key=lambda run: run.work_s)
-    return ordered[(len(ordered) - 1) // 2]
+def measure_compile_time(work_dir: Path, library: Path, runs: int = 3, on_step=None) -> CompileTimes:
+    """Time the three flows (see the module docstring) ``runs`` times each, in an order
+    that rotates every round, and keep each flow's median run; ``on_step`` is called
+    after each process. Raises IdentityConvError if a flow fails."""
+    from .benchmark import _median_run
 
-
-def measure_compile_time(work_dir: Path, library: Path, runs: int = 1, on_step=None) -> CompileTimes:
-    """Time the three flows (see the module docstring); ``on_step`` is called after each
-    process. Raises IdentityConvError if a flow fails."""
     work_dir.mkdir(parents=True, exist_ok=True)
     python = sys.executable
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "AOT_INDUCTOR_"))}
     template = work_dir / "inductor_cache_probed"
     shutil.rmtree(template, ignore_errors=True)
-    probe_s, _ = _process([python, "-c", _PROBE], {**base_env, "TORCHINDUCTOR_CACHE_DIR": str(template)})
-    probe_s -= _process([python, "-c", "import torch"], base_env)[0]  # the probe alone, not the import
+    probe_s = float(_process([python, "-c", _PROBE], {**base_env, "TORCHINDUCTOR_CACHE_DIR": str(template)})[1])
     step = on_step or (lambda: None)
 
     def cold(script: str, name: str, index: int, extra: dict[str, str]) -> CompileRun:
@@ -118,15 +128,17 @@ def measure_compile_time(work_dir: Path, library: Path, runs: int = 1, on_step=N
         shutil.rmtree(cache, ignore_errors=True)
         data = json.loads(out.strip().splitlines()[-1])
         step()
-        if "total" in data:
-            return CompileRun(wall, data["total"], data["stages"])
-        return CompileRun(wall, data["export"] + data["compile"], data)
+        return CompileRun(wall, data["import"], data["total"], data["stages"])
 
-    baseline, toolkit, one_thread = [], [], []
-    for index in range(runs):  # interleaved, so drift in machine load hits every flow alike
-        baseline.append(cold(_BASELINE, "baseline", index, {}))
-        toolkit.append(cold(_TOOLKIT, "toolkit", index, {}))
-        one_thread.append(cold(_TOOLKIT, "toolkit_1thread", index, {"TORCHINDUCTOR_COMPILE_THREADS": "1"}))
+    flows = {"baseline": (_BASELINE, {}), "toolkit": (_TOOLKIT, {}),
+             "toolkit_1thread": (_TOOLKIT, {"TORCHINDUCTOR_COMPILE_THREADS": "1"})}
+    measured: dict[str, list[CompileRun]] = {name: [] for name in flows}
+    names = list(flows)
+    for index in range(runs):  # interleaved and rotated, so drift in machine load hits every flow alike
+        for name in names[index % len(names):] + names[:index % len(names)]:
+            script, extra = flows[name]
+            measured[name].append(cold(script, name, index, extra))
+    baseline, toolkit, one_thread = (_median_run(measured[name], lambda run: run.work_s) for name in flows)
 
     # Warm: the CLI again on the package the last cold run wrote, which it must reuse.
     cli = Path(python).parent / "export_compile"
@@ -140,5 +152,27 @@ def measure_compile_time(work_dir: Path, library: Path, runs: int = 1, on_step=N
         warm.append(wall)
     step()
     threads = _process([python, "-c", "from torch._inductor import config; print(config.compile_threads)"], base_env)[1]
-    return CompileTimes(runs, probe_s, _median_run(baseline), _median_run(toolkit), _median_run(one_thread),
-                        statistics.median(warm), int(threads.strip()))
+    return CompileTimes(runs, probe_s, baseline, toolkit, one_thread, statistics.median(warm), int(threads.strip()))
+
+
+def compile_time_table(t: CompileTimes) -> tuple[list[str], list[list[str]]]:
+    """The compile section as (header, rows), for the CLI's table and the Markdown."""
+    one = t.toolkit_one_thread
+    rows = [
+        ["torch.export.export + aoti_compile_and_package", f"{t.baseline.work_s:.2f}", f"{t.baseline.import_s:.2f}",
+         f"{t.baseline.wall_s:.2f}", _stages(t.baseline)],
+        ["export_compile", f"{t.toolkit.work_s:.2f}", f"{t.toolkit.import_s:.2f}", f"{t.toolkit.wall_s:.2f}",
+         _stages(t.toolkit)],
+        [f"export_compile, Inductor compile threads 1 (default {t.default_threads})", f"{one.work_s:.2f}",
+         f"{one.import_s:.2f}", f"{one.wall_s:.2f}", _stages(one)],
+        ["export_compile, warm (cache hit)", "", "", f"{t.warm_s:.2f}", ""],
+        ["Inductor's vector-ISA probe (once per machine and cache folder)", f"{t.isa_probe_s:.2f}", "", "", ""],
+        ["export_compile / plain, after imports", f"{t.cold_ratio:.2f}x", "", "", ""],
+    ]
+    header = [f"compile, demo model (cold: a fresh Inductor cache; median of {t.runs})", "after imports (s)",
+              "imports (s)", "whole process (s)", "stages (s)"]
+    return header, rows
+
+
+def _stages(run: CompileRun) -> str:
+    return ", ".join(f"{name} {seconds:.2f}" for name, seconds in run.stages.items() if seconds >= 0.005)

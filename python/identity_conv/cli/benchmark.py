@@ -10,7 +10,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ..bench.benchmark import FLOOR, SIZES, compile_time_rows, markdown_table, plot, run_benchmark, targets, write_json
+from ..bench.benchmark import FLOOR, SIZES, markdown_table, plot, run_benchmark, targets, write_json
+from ..bench.compile_time import compile_time_table
 from ..errors import EXIT_MISMATCH, IdentityConvError
 from .common import OpLibOption, RunnerOption, console, exit_with, require_runner, step_progress
 
@@ -86,6 +87,9 @@ def benchmark(
                      "torch.export.export + aoti_compile_and_package, each in a fresh process with a fresh Inductor "
                      "cache, and a warm export_compile (a cache hit)."),
     ] = True,
+    compile_runs: Annotated[
+        int, typer.Option(min=1, help="Cold runs of each compile flow (in rotating order); the median run is shown."),
+    ] = 3,
     cold_start: Annotated[
         bool,
         typer.Option(help="Also time whole processes on the demo package, from start to exit after the verified "
@@ -106,7 +110,8 @@ def benchmark(
         with step_progress(steps) as on_step:
             report = run_benchmark(names, output_dir, runner, op_lib, iterations, optimize, serving, bandwidth_mb,
                                    on_step, repeats, onnx=with_onnx, signing=signing,
-                                   cold_start=cold_start, cpu_targets=targets_wanted, compile_time=compile_time)
+                                   cold_start=cold_start, cpu_targets=targets_wanted, compile_time=compile_time,
+                                   compile_runs=compile_runs)
         json_path = write_json(report, output_dir / "bench.json")
         (output_dir / "bench.md").write_text(markdown_table(report))
         png_path = plot(report, output_dir / "bench.png")
@@ -165,12 +170,12 @@ def benchmark(
         console.print(cold)
 
     if report.compile_time:
+        header, rows = compile_time_table(report.compile_time)
         compile_table = Table(title="compile time: the demo model, cold (a fresh Inductor cache per process), then warm")
-        header, _, *rows = compile_time_rows(report.compile_time)
-        for column in header.strip("|").split("|"):
-            compile_table.add_column(column.strip(), justify="left" if "(s)" not in column else "right")
+        for column in header:
+            compile_table.add_column(column, justify="right" if "(s)" in column and "stages" not in column else "left")
         for row in rows:
-            compile_table.add_row(*(cell.strip() for cell in row.strip("|").split("|")))
+            compile_table.add_row(*row)
         console.print(compile_table)
 
     checks = Table(title="performance targets, as measured in this run")
@@ -196,7 +201,7 @@ def _cpu_targets(text: str) -> list[str]:
     if not text.strip():
         flags = host_cpu_flags()
         return [name for name, target in CPU_TARGETS.items() if not missing_cpu_flags(list(target.flags), flags)]
-    names = [name.strip() for name in text.split(",") if name.strip()]
+    names = list(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
     for name in names:
         if name not in CPU_TARGETS:
             raise IdentityConvError(f"--cpu-targets: unknown target {name!r}; expected some of "
