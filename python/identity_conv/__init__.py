@@ -3,8 +3,9 @@ and run it from Python or from a C++ binary with no Python, verified bit-for-bit
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_attributes
 
 from .errors import (
     CompileError,
@@ -31,18 +32,7 @@ if TYPE_CHECKING:
 _SUBPACKAGES = ("bench", "cli", "compiler", "models", "ops", "package", "runtime", "verify", "errors", "locate")
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    if name in _SUBPACKAGES:  # as an eager import of them made them attributes
-        return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBPACKAGES)
 
 
 __all__ = [

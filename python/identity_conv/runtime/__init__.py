@@ -5,10 +5,11 @@ validation (validation.py), random inputs (random_inputs.py), tensor files
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_attributes
 
 # Each name loads its module on first use (PEP 562): importing one submodule, e.g.
 # runtime.trust, must not import torch through the others.
@@ -50,18 +51,7 @@ if TYPE_CHECKING:
 _MODULES = ("aoti", "onnx_runtime", "preflight", "random_inputs", "tensor_files", "trust", "validation")
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    if name in _MODULES:  # as an eager import of them made them attributes
-        return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _MODULES)
 
 
 __all__ = [
