@@ -1,5 +1,5 @@
 """Cold start: run_inference loads packages straight on torch's C++ loader (the same
-bits and errors as aoti_load_package, which it falls back to), imports neither Dynamo
+bits and errors as aoti_load_package, a clear error without the binding), imports neither Dynamo
 nor Inductor to run one, nor torch for --help; the CLIs end without teardown yet leave
 nothing behind; and the benchmark's cold-start section. No timing is asserted here:
 speed is the benchmark's job."""
@@ -17,11 +17,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import REPO_ROOT, Build, run_cmd
+from conftest import Build, _export, run_cmd
 from identity_conv.bench.benchmark import BenchReport, markdown_table, targets
 from identity_conv.bench.cold_start import ColdStartResult, ProcessTiming, measure_cold_start
-from identity_conv.cli.export_compile import app as export_compile_app
-from identity_conv.errors import PackageError
+from identity_conv.errors import IdentityConvError, PackageError
 from identity_conv.package.archive import read_package_spec
 from identity_conv.runtime import aoti
 from identity_conv.runtime.tensor_files import load_tensors, save_tensors
@@ -33,25 +32,23 @@ RUN_INFERENCE = Path(sys.executable).parent / "run_inference"
 NOT_FOR_A_RUN = ("torch._dynamo", "torch._inductor", "identity_conv.compiler.onnx_export", "onnx", "onnxruntime")
 
 
-def _export(out: Path, *args: str) -> Path:
-    if str(REPO_ROOT) not in sys.path:  # examples.* models are imported from the checkout
-        sys.path.insert(0, str(REPO_ROOT))
+def _export_to(out: Path, *args: str) -> Path:
     package = out / "model.pt2"
-    result = CliRunner().invoke(export_compile_app, [*args, "--output", str(package), "--no-show-graph"])
-    assert result.exit_code == 0, result.output
+    code, output = _export([*args, "--output", str(package)])
+    assert code == 0, output
     return package
 
 
 @pytest.fixture(scope="module")
 def demo_package(tmp_path_factory: pytest.TempPathFactory, op_library: Path) -> Path:
     """The demo package of README and scripts/demo.sh: the IdentityModel, 1x3x224x224 float32."""
-    return _export(tmp_path_factory.mktemp("demo"), "--op-lib", str(op_library))
+    return _export_to(tmp_path_factory.mktemp("demo"), "--op-lib", str(op_library))
 
 
 @pytest.fixture(scope="module")
 def nested_package(tmp_path_factory: pytest.TempPathFactory, op_library: Path) -> Path:
     """Two inputs, a dict output holding a list (examples/user_models.py's pair_model)."""
-    return _export(tmp_path_factory.mktemp("nested"), "--model", "examples.user_models:pair_model",
+    return _export_to(tmp_path_factory.mktemp("nested"), "--model", "examples.user_models:pair_model",
                    "--input-shape", "3,5", "--input-shape", "3,5", "--dynamic-dim", "0.0,1.0=1:32")
 
 
@@ -128,28 +125,21 @@ def _load_error(path: Path, spec: object) -> str:
     return re.sub(r"aotinductor_\w+", "aotinductor_*", str(error.value))
 
 
-def test_an_unloadable_package_gives_the_same_error_either_way(demo_package, tmp_path, private_tmp, monkeypatch):
+def test_an_unloadable_package_gives_aoti_load_package_s_error(demo_package, tmp_path, private_tmp):
     broken = _corrupt_model_library(demo_package, tmp_path / "broken.pt2")
-    spec = read_package_spec(broken)
-    direct = _load_error(broken, spec)
-    monkeypatch.setattr(aoti, "package_loader_class", lambda: None)
-    fallback = _load_error(broken, spec)
-    assert direct == fallback
-    assert direct.startswith(f"could not load the AOTI package {broken}: ") and "invalid ELF header" in direct
-
-
-def test_without_the_binding_the_loader_falls_back_to_aoti_load_package(demo_package, private_tmp, monkeypatch):
-    monkeypatch.delattr(torch._C._aoti, "AOTIModelPackageLoader")
-    assert aoti.package_loader_class() is None
-    calls = []
-    monkeypatch.setattr(torch._inductor, "aoti_load_package", lambda path: calls.append(path) or "compiled")
-    assert aoti.load_compiled(demo_package) == "compiled" and calls == [str(demo_package)]
+    ours = _load_error(broken, read_package_spec(broken))
+    with pytest.raises(RuntimeError) as theirs:
+        torch._inductor.aoti_load_package(str(broken))
+    first_line = re.sub(r"aotinductor_\w+", "aotinductor_*", str(theirs.value).strip().splitlines()[0])
+    assert ours == f"could not load the AOTI package {broken}: {first_line}"
+    assert "invalid ELF header" in ours
 
 
 def test_a_torch_that_cannot_load_packages_from_python_gets_a_clear_error(demo_package, build, private_tmp,
                                                                           monkeypatch):
-    """aoti_load_package needs the same binding: without it, a PackageError (exit 2)
-    that says what is missing and to use aoti_runner, not an AttributeError."""
+    """aoti_load_package builds the same loader, so there is nothing to fall back to:
+    without the binding, a PackageError (exit 2) that says what is missing and to use
+    aoti_runner, not an AttributeError."""
     from identity_conv.cli.run_inference import app as run_inference_app
 
     monkeypatch.delattr(torch._C._aoti, "AOTIModelPackageLoader")
@@ -158,16 +148,6 @@ def test_a_torch_that_cannot_load_packages_from_python_gets_a_clear_error(demo_p
     result = CliRunner().invoke(run_inference_app, [str(demo_package), str(build.op_library)])
     assert result.exit_code == 2, result.output
     assert "cannot load AOTInductor packages from Python" in result.output
-
-
-def test_the_fallback_runs_the_package_with_the_same_bits(demo_package, private_tmp, monkeypatch):
-    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(4))
-    direct = aoti.load_package(demo_package, read_package_spec(demo_package))
-    monkeypatch.setattr(aoti, "package_loader_class", lambda: None)
-    fallback = aoti.load_package(demo_package, read_package_spec(demo_package))
-    assert not isinstance(fallback._compiled, aoti.CompiledPackage)
-    (a,), (b,) = direct.run([x]), fallback.run([x])
-    assert compare_bits(a, b).identical and compare_bits(a, x).identical
 
 
 def test_a_closed_package_removes_its_files_and_refuses_to_run(demo_package, private_tmp):
@@ -268,7 +248,7 @@ def test_measure_cold_start_runs_each_command_and_checks_it_passed(demo_package,
         assert timing.runs == 1 and timing.min_ms == timing.median_ms > 0 and timing.peak_rss_mb > 0
     # Each peak is the command's own, not this (torch-holding) process's: --help holds no torch.
     assert result.run_inference_help.peak_rss_mb < result.aoti_runner.peak_rss_mb < result.run_inference.peak_rss_mb
-    with pytest.raises(Exception, match="failed with exit 2"):
+    with pytest.raises(IdentityConvError, match="failed with exit 2"):
         measure_cold_start(tmp_path / "absent.pt2", build.op_library, build.runner, runs=1)
 
 

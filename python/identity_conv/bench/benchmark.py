@@ -27,8 +27,8 @@ from ..ops.loader import load_op_library
 from ..compiler.pipeline import BuildConfig, BuildResult, export_and_compile
 from ..runtime.tensor_files import save_tensors
 from ..package.host import CPU_TARGETS
-from .cold_start import ColdStartResult
-from .compile_time import CompileTimes, compile_time_table
+from .cold_start import ColdStartResult, measure_cold_start
+from .compile_time import CompileTimes, compile_time_table, measure_compile_time
 from .signing import SigningResult
 
 # name -> NCHW shape of the float32 input.
@@ -323,8 +323,12 @@ def run_benchmark(
     work_dir.mkdir(parents=True, exist_ok=True)
     if repeats < 1:
         raise IdentityConvError(f"--repeats must be >= 1, got {repeats}")
+    unknown = [name for name in cpu_targets or [] if name not in CPU_TARGETS]
+    if unknown:
+        raise IdentityConvError(f"unknown CPU target(s) {', '.join(unknown)}; expected some of {', '.join(CPU_TARGETS)}")
+    # In CPU_TARGETS order, as report_paths lists them.
     report = BenchReport(machine_facts(), torch.__version__, iterations_scale, optimize, repeats,
-                         cpu_targets=list(cpu_targets or []))
+                         cpu_targets=[name for name in CPU_TARGETS if name in (cpu_targets or [])])
     for name in sizes:
         shape = parse_size(name)
         iterations = max(3, int(BASE_ITERATIONS.get(name, 200) * iterations_scale))
@@ -377,7 +381,7 @@ def run_benchmark(
             best = _median_run(runs, lambda r: float(r["p50_us"]))
             latencies[target_path(cpu_target)] = Latency(best["p50_us"], best["p90_us"], best["p99_us"],
                                                          int(best["outputs_checked"]))
-        order = (*PATHS[:-1], *(target_path(t) for t in report.cpu_targets), ONNX_PATH, FLOOR)
+        order = (*PATHS[:-1], *map(target_path, report.cpu_targets), ONNX_PATH, FLOOR)
         report.sizes.append(SizeResult(name, shape, x.numel() * 4 / 1e6, {p: latencies[p] for p in order if p in latencies},
                                        str(cpp["malloc"]), int(cpp["intra_op_threads"]), torch.get_num_threads(),
                                        int(cpp["minor_page_faults"]), str(cpp.get("intra_op_choice", ""))))
@@ -409,8 +413,6 @@ def run_benchmark(
     if cold_start:
         report.cold_start = _measure_cold_start(work_dir, runner, library, optimize, step, report)
     if compile_time:
-        from .compile_time import measure_compile_time
-
         step("compile time: cold export_compile vs torch.export + aoti_compile_and_package, then warm")
         report.compile_time = measure_compile_time(work_dir / "compile_time", library, runs=compile_runs)
     return report
@@ -442,8 +444,6 @@ def _measure_cold_start(work_dir: Path, runner: Path, library: Path, optimize: b
                         step: Callable[[str], None], report: BenchReport) -> ColdStartResult:
     """Whole-process cold starts on the demo package: this run's 1x3x224x224 package
     when it measured that size, else one compiled here (see cold_start.py)."""
-    from .cold_start import measure_cold_start
-
     step("cold start: aoti_runner, run_inference and run_inference --help, whole processes")
     package = work_dir / "model_1x3x224x224.pt2"
     if not any(size.name == "1x3x224x224" for size in report.sizes):

@@ -104,10 +104,10 @@ def _process(args: list[str], env: dict[str, str]) -> tuple[float, str]:
     return wall, result.stdout
 
 
-def measure_compile_time(work_dir: Path, library: Path, runs: int = 3, on_step=None) -> CompileTimes:
+def measure_compile_time(work_dir: Path, library: Path, runs: int = 3) -> CompileTimes:
     """Time the three flows (see the module docstring) ``runs`` times each, in an order
-    that rotates every round, and keep each flow's median run; ``on_step`` is called
-    after each process. Raises IdentityConvError if a flow fails."""
+    that rotates every round, and keep each flow's median run. Raises
+    IdentityConvError if a flow fails."""
     from .benchmark import _median_run
 
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -116,7 +116,6 @@ def measure_compile_time(work_dir: Path, library: Path, runs: int = 3, on_step=N
     template = work_dir / "inductor_cache_probed"
     shutil.rmtree(template, ignore_errors=True)
     probe_s = float(_process([python, "-c", _PROBE], {**base_env, "TORCHINDUCTOR_CACHE_DIR": str(template)})[1])
-    step = on_step or (lambda: None)
 
     def cold(script: str, name: str, index: int, extra: dict[str, str]) -> CompileRun:
         cache = work_dir / f"inductor_cache_{name}_{index}"
@@ -127,7 +126,6 @@ def measure_compile_time(work_dir: Path, library: Path, runs: int = 3, on_step=N
                              {**base_env, "TORCHINDUCTOR_CACHE_DIR": str(cache), **extra})
         shutil.rmtree(cache, ignore_errors=True)
         data = json.loads(out.strip().splitlines()[-1])
-        step()
         return CompileRun(wall, data["import"], data["total"], data["stages"])
 
     flows = {"baseline": (_BASELINE, {}), "toolkit": (_TOOLKIT, {}),
@@ -150,7 +148,6 @@ def measure_compile_time(work_dir: Path, library: Path, runs: int = 3, on_step=N
         if "cached: the package at --output" not in out:
             raise IdentityConvError(f"compile benchmark: the warm export_compile did not hit the cache:\n{out}")
         warm.append(wall)
-    step()
     threads = _process([python, "-c", "from torch._inductor import config; print(config.compile_threads)"], base_env)[1]
     return CompileTimes(runs, probe_s, baseline, toolkit, one_thread, statistics.median(warm), int(threads.strip()))
 

@@ -194,13 +194,12 @@ def benchmark(
 def _cpu_targets(text: str) -> list[str]:
     """--cpu-targets: '' is every level this host has, 'none' is none."""
     from ..compiler.cpu_target import check_cpu_target
-    from ..package.host import CPU_TARGETS, host_cpu_flags, missing_cpu_flags
+    from ..package.host import CPU_TARGETS, host_cpu_flags, host_cpu_targets
 
     if text.strip().lower() == "none":
         return []
     if not text.strip():
-        flags = host_cpu_flags()
-        return [name for name, target in CPU_TARGETS.items() if not missing_cpu_flags(list(target.flags), flags)]
+        return host_cpu_targets(host_cpu_flags())
     names = list(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
     for name in names:
         if name not in CPU_TARGETS:

@@ -80,13 +80,15 @@ CPU_TARGETS = {
 CPU_TARGET_NAMES = (NATIVE, *CPU_TARGETS)
 
 
+def host_cpu_targets(host_flags: set[str]) -> list[str]:
+    """The portable targets this host can run, least capable first."""
+    return [name for name, target in CPU_TARGETS.items() if not missing_cpu_flags(list(target.flags), host_flags)]
+
+
 def best_cpu_target(host_flags: set[str]) -> str | None:
     """The most capable portable target this host can run, or None (not x86-64)."""
-    best = None
-    for target in CPU_TARGETS.values():
-        if not missing_cpu_flags(list(target.flags), host_flags):
-            best = target.name
-    return best
+    runnable = host_cpu_targets(host_flags)
+    return runnable[-1] if runnable else None
 
 
 def target_cpu_flags(name: str) -> list[str]:

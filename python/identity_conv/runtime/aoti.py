@@ -74,22 +74,16 @@ class CompiledPackage:
         return self.loader.get_metadata()
 
 
-def load_compiled(path: str | Path) -> Any:
+def load_compiled(path: str | Path) -> CompiledPackage:
     """The package's model, callable like ``aoti_load_package``'s, and failing with
-    the same RuntimeError: straight on the C++ loader, else (a torch without the
-    binding) through ``torch._inductor.aoti_load_package``, and a PackageError if
-    that cannot load packages either.
+    the same RuntimeError, on torch's C++ loader. A torch without the binding gets a
+    PackageError: ``aoti_load_package`` builds the same loader, so it cannot help.
 
     Call after the op libraries are loaded: the loader resolves the package's
     torchbind classes and custom ops when it is constructed."""
     loader_class = package_loader_class()
     if loader_class is None:
-        try:
-            from torch._inductor import aoti_load_package
-
-            return aoti_load_package(str(path))
-        except (AttributeError, ImportError) as error:  # it needs the same binding
-            raise PackageError(f"{no_loader_message()} (aoti_load_package: {error}).") from error
+        raise PackageError(f"{no_loader_message()} (needed to load {path}).")
     # aoti_load_package's defaults: model "model", not single-threaded, one runner,
     # the default device index.
     return CompiledPackage(loader_class(str(path), "model", False, 1, -1))
