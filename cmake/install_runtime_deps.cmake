@@ -113,6 +113,22 @@ endfunction()
 
 # --- install time -------------------------------------------------------------------
 
+# objdump for reading sonames and version references: the install script defines
+# CMAKE_OBJDUMP (the configure step's), else the one on PATH; empty if there is none.
+function(_identity_conv_objdump out)
+  if(CMAKE_OBJDUMP AND EXISTS "${CMAKE_OBJDUMP}")
+    set(${out} "${CMAKE_OBJDUMP}" PARENT_SCOPE)
+    return()
+  endif()
+  find_program(_identity_conv_objdump_path NAMES objdump)
+  if(_identity_conv_objdump_path)
+    set(${out} "${_identity_conv_objdump_path}" PARENT_SCOPE)
+  else()
+    set(${out} "" PARENT_SCOPE)
+  endif()
+endfunction()
+
+
 # Gives an installed ELF file the RUNPATH <runpath>, with CMake's own ELF editor (the
 # one install(TARGETS) uses). It rewrites an existing entry in place and cannot add
 # one, which is enough here: the files that need a RUNPATH have one (our targets have
@@ -211,11 +227,7 @@ function(_identity_conv_check_openmp built libdir)
   if(NOT _openmp OR "libgomp.so.1" IN_LIST _openmp)
     return()
   endif()
-  if(CMAKE_OBJDUMP AND EXISTS "${CMAKE_OBJDUMP}")
-    set(_objdump "${CMAKE_OBJDUMP}")
-  else()
-    find_program(_objdump NAMES objdump)
-  endif()
+  _identity_conv_objdump(_objdump)
   set(_found "")
   foreach(_name IN LISTS _openmp)
     set(_soname "unknown: no objdump to read it")
@@ -281,12 +293,7 @@ endfunction()
 # KiB per file. Empty when objdump is missing or no file references glibc.
 function(_identity_conv_system_requirements out)
   set(${out} "" PARENT_SCOPE)
-  # The install script defines CMAKE_OBJDUMP, the configure step's objdump.
-  if(CMAKE_OBJDUMP AND EXISTS "${CMAKE_OBJDUMP}")
-    set(_objdump "${CMAKE_OBJDUMP}")
-  else()
-    find_program(_objdump NAMES objdump)
-  endif()
+  _identity_conv_objdump(_objdump)
   if(NOT _objdump OR NOT ARGN)
     return()
   endif()
