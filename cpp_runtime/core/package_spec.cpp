@@ -2,6 +2,7 @@
 
 #include "dtypes.h"
 #include "errors.h"
+#include "json_text.h"
 #include "text.h"
 
 #include <algorithm>
@@ -43,7 +44,7 @@ int64_t get_int(const json& value, const std::string& where, int64_t low = 0) {
   }
   if (!ok || result < low) {
     throw malformed(where + ": expected an integer >= " + std::to_string(low) + ", got " +
-                    value.dump());
+                    brief_json(value));
   }
   return result;
 }
@@ -67,7 +68,7 @@ std::string get_qualified(const json& value, const std::string& where) {
   const auto sep = name.find("::");
   if (sep == std::string::npos || sep == 0 || sep + 2 >= name.size()) {
     throw malformed(where + ": expected a qualified name 'namespace::name', got " +
-                    json(name).dump());
+                    brief_json(name));
   }
   return name;
 }
@@ -92,7 +93,7 @@ Tolerance get_tolerance(const json& value, const std::string& where) {
   } else if (rule == "close") {
     tolerance.rule = Rule::kClose;
   } else {
-    throw malformed(where + ".rule: expected one of bitwise, ulp, close, got " + rule.dump());
+    throw malformed(where + ".rule: expected one of bitwise, ulp, close, got " + brief_json(rule));
   }
   const auto max_ulp =
       get_int(value.contains("max_ulp") ? value.at("max_ulp") : json(0), where + ".max_ulp");
@@ -105,7 +106,7 @@ Tolerance get_tolerance(const json& value, const std::string& where) {
     }
     if (!bound.is_number() || !std::isfinite(bound.get<double>()) || bound.get<double>() < 0) {
       throw malformed(where + "." + keys[k] + ": expected a finite number >= 0 or null, got " +
-                      bound.dump());
+                      brief_json(bound));
     }
     bounds[k] = bound.get<double>();
   }
@@ -139,7 +140,7 @@ std::vector<TensorSpec> get_tensor_specs(const json& value, const std::string& k
     TensorSpec tensor;
     tensor.dtype = get_string(member(item, "dtype"), where + ".dtype");
     if (!dtype_from_name(tensor.dtype)) {
-      throw malformed(where + ".dtype: unknown dtype " + json(tensor.dtype).dump());
+      throw malformed(where + ".dtype: unknown dtype " + brief_json(tensor.dtype));
     }
     const auto& dims = get_array(member(item, "dims"), where + ".dims");
     for (size_t d = 0; d < dims.size(); ++d) {
@@ -254,7 +255,7 @@ PackageSpec parse_spec_document(const json& document) {
       const auto where = group_where + "[" + std::to_string(p) + "]";
       const auto& pair = get_array(positions[p], where);
       if (pair.size() != 2) {
-        throw malformed(where + ": expected [input, dim], got " + pair.dump());
+        throw malformed(where + ": expected [input, dim], got " + brief_json(pair));
       }
       const auto i = get_int(pair[0], where + "[0]");
       const auto d = get_int(pair[1], where + "[1]");
@@ -397,7 +398,7 @@ int64_t legacy_int(const std::string& text, const std::string& where) {
     }
   } catch (const std::out_of_range&) {  // past int64: malformed, as in Python's parse
   }
-  throw malformed(where + ": expected a non-negative integer, got " + json(text).dump());
+  throw malformed(where + ": expected a non-negative integer, got " + brief_json(text));
 }
 
 // "" -> {}; otherwise every part, empty ones included (the caller refuses them).
@@ -428,7 +429,7 @@ json legacy_document(const std::map<std::string, std::string>& metadata) {
     const auto parts = legacy_split(get(key), ',');
     for (const auto& part : parts) {
       if (part.empty()) {
-        throw malformed(std::string(kLegacyPrefix) + key + ": empty entry in " + json(get(key)).dump());
+        throw malformed(std::string(kLegacyPrefix) + key + ": empty entry in " + brief_json(get(key)));
       }
     }
     return parts;
@@ -438,10 +439,10 @@ json legacy_document(const std::map<std::string, std::string>& metadata) {
   for (const auto& text : legacy_split(get("inputs"), ';')) {
     const auto colon = text.find(':');
     if (colon == std::string::npos || colon == 0) {
-      throw malformed(std::string(kLegacyPrefix) + "inputs: input spec " + json(text).dump() +
+      throw malformed(std::string(kLegacyPrefix) + "inputs: input spec " + brief_json(text) +
                       " has no dtype");
     }
-    const auto where = std::string(kLegacyPrefix) + "inputs: input spec " + json(text).dump();
+    const auto where = std::string(kLegacyPrefix) + "inputs: input spec " + brief_json(text);
     json dims = json::array();
     for (const auto& dim : legacy_split(text.substr(colon + 1), ',')) {
       const auto dots = dim.find("..");
@@ -488,7 +489,7 @@ json legacy_document(const std::map<std::string, std::string>& metadata) {
       const auto where = std::string(kLegacyPrefix) + "shared_dims";
       const auto dot = position.find('.');
       if (dot == std::string::npos) {
-        throw malformed(where + ": expected INPUT.DIM, got " + json(position).dump());
+        throw malformed(where + ": expected INPUT.DIM, got " + brief_json(position));
       }
       positions.push_back({legacy_int(position.substr(0, dot), where),
                            legacy_int(position.substr(dot + 1), where)});
@@ -531,8 +532,8 @@ PackageSpec spec_from_metadata(const std::map<std::string, std::string>& metadat
   const auto it = metadata.find(kSpecKey);
   if (it != metadata.end()) {
     try {
-      document = json::parse(it->second);
-    } catch (const json::exception& e) {  // a syntax error, or a number past double's range
+      document = parse_json_limited(it->second);
+    } catch (const JsonTextError& e) {  // a syntax error, a number past double's range, or too deep
       throw malformed(std::string(kSpecKey) + " is not valid JSON (" + e.what() + ")");
     }
   } else if (metadata.count(std::string(kLegacyPrefix) + "inputs")) {

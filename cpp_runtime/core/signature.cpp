@@ -3,6 +3,8 @@
 #include "digest.h"
 #include "errors.h"
 
+#include "json_text.h"
+
 #include <nlohmann/json.hpp>
 #include <openssl/bio.h>
 #include <openssl/err.h>
@@ -142,9 +144,6 @@ void optional_type(const json& object, const char* key, bool (json::*is_type)() 
   }
 }
 
-// Deeper than any signature; refuses a crafted file before it costs memory.
-constexpr int kMaxJsonDepth = 64;
-
 Envelope read_envelope(const std::string& path, const std::string& shown) {
   json document;
   try {
@@ -152,22 +151,9 @@ Envelope read_envelope(const std::string& path, const std::string& shown) {
     if (text.rfind("\xEF\xBB\xBF", 0) == 0) {
       malformed(shown, "not JSON (it starts with a byte-order mark)");
     }
-    document = json::parse(text, [](int depth, json::parse_event_t, json&) {
-      if (depth > kMaxJsonDepth) {
-        throw RunnerError("nested too deeply");
-      }
-      return true;
-    });
-  } catch (const RunnerError& e) {
-    if (e.kind() == "malformed_signature") throw;
+    document = parse_json_limited(text);
+  } catch (const JsonTextError& e) {
     malformed(shown, std::string("not JSON (") + e.what() + ")");
-  } catch (const json::exception& e) {
-    // nlohmann's own words, without its "[json.exception...]" prefix.
-    std::string detail = e.what();
-    const auto bracket = detail.find("] ");
-    if (bracket != std::string::npos) detail = detail.substr(bracket + 2);
-    detail = detail.substr(0, detail.find("; last read"));
-    malformed(shown, "not JSON (" + detail + ")");
   }
   if (!document.is_object()) {
     malformed(shown, "not a JSON object");
@@ -218,8 +204,8 @@ Envelope read_envelope(const std::string& path, const std::string& shown) {
 SignedManifest read_statement(const Envelope& envelope, const std::string& shown) {
   json statement;
   try {
-    statement = json::parse(envelope.payload);
-  } catch (const json::exception&) {
+    statement = parse_json_limited(envelope.payload);
+  } catch (const JsonTextError&) {
     malformed(shown, "the signed payload is not JSON");
   }
   if (string_member(statement, "_type", "payload.", shown) != kStatementType) {

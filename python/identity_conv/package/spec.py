@@ -19,6 +19,7 @@ import torch
 
 from ..errors import PackageError
 from .dtypes import NAMES
+from .json_text import parse_json_limited
 
 SPEC_KEY = "identity_conv.spec"
 SCHEMA_VERSION = 2
@@ -262,7 +263,7 @@ class PackageSpec:
         aoti = {k: v for k, v in metadata.items() if not k.startswith(LEGACY_PREFIX)}
         if SPEC_KEY in metadata:
             try:
-                document = json.loads(metadata[SPEC_KEY], parse_constant=_reject_constant)
+                document = parse_json_limited(metadata[SPEC_KEY], parse_constant=_reject_constant)
             except ValueError as error:
                 raise _malformed(f"{SPEC_KEY} is not valid JSON ({error})") from None
         elif LEGACY_PREFIX + "inputs" in metadata:
