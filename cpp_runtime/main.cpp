@@ -334,7 +334,14 @@ struct Check {
 
 // The checks the options ask for (the same plan as run_inference's), each printed
 // as report lines and a verdict line, then the overall PASSED or FAILED.
-int verify_outputs(const Options& options, const aoti_runner::PackageSpec& spec,
+// The reference files, read before the package runs: a bad one is refused before any
+// output is written.
+struct References {
+  std::vector<at::Tensor> expected;
+  std::vector<at::Tensor> eager;
+};
+
+int verify_outputs(const Options& options, const aoti_runner::PackageSpec& spec, const References& references,
                    const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
   using namespace aoti_runner;
   const bool overridden = options.bitwise || options.max_ulp || options.rtol || options.atol;
@@ -345,12 +352,12 @@ int verify_outputs(const Options& options, const aoti_runner::PackageSpec& spec,
   std::vector<Check> checks;
   if (!options.expected.empty()) {
     const bool override_here = overridden && options.eager_reference.empty();
-    checks.push_back({"runtime parity", "expected", load_tensors(options.expected),
+    checks.push_back({"runtime parity", "expected", references.expected,
                       override_here ? override_or(Tolerance{}) : Tolerance{}});
   }
   if (!options.eager_reference.empty()) {
     const auto recorded = spec.eager_check.value_or(Tolerance{Rule::kClose, 0, {}, {}});
-    checks.push_back({"compiled vs eager", "eager", load_tensors(options.eager_reference),
+    checks.push_back({"compiled vs eager", "eager", references.eager,
                       override_or(recorded)});
   }
   if (checks.empty() && spec.is_identity) {
@@ -455,6 +462,13 @@ int run(const Options& options) {
     std::cout << "input: " << options.inputs << "\n";
   }
   const auto ready = validate_inputs(inputs, spec);
+  References references;
+  if (!options.expected.empty()) {
+    references.expected = load_tensors(options.expected);
+  }
+  if (!options.eager_reference.empty()) {
+    references.eager = load_tensors(options.eager_reference);
+  }
   for (size_t i = 0; i < ready.size(); ++i) {
     std::cout << "input[" << i << "]: " << format_sizes(ready[i]) << " "
               << spec.inputs[i].dtype << " on " << spec.device << "\n";
@@ -496,7 +510,7 @@ int run(const Options& options) {
     }
   }
 
-  return verify_outputs(options, spec, ready, outputs);
+  return verify_outputs(options, spec, references, ready, outputs);
 }
 
 int run_and_report(int argc, char** argv) {

@@ -38,6 +38,9 @@ SUITES = {
     "batching": "batching_vectors.json",
     # Which dtypes a served tensor may have, and their Triton data types (writer, backend).
     "triton_types": "dtypes.json",
+    # Untrusted archives and JSON: the zip entry-name rule, and the nesting limit.
+    "archive_names": "archive_name_vectors.json",
+    "json_depth": "json_depth_vectors.json",
 }
 _INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -151,6 +154,18 @@ def _python_verdict(suite: str, vector: dict) -> object:
 
             dim, _ = batch_dim(parse_document(vector["spec"]))
             return "not_batched" if dim is None else {"max_batch_size": min(dim.max, MAX_BATCH_SIZE_LIMIT)}
+        if suite == "archive_names":
+            from identity_conv.package.zip_check import entry_name_problem
+
+            return entry_name_problem(vector["entry"])
+        if suite == "json_depth":
+            from identity_conv.package.json_text import JsonTextError, parse_json_limited
+
+            try:
+                parse_json_limited(vector["text"])
+            except JsonTextError as error:
+                return "too_deep" if "levels deep" in str(error) else "not_json"
+            return "ok"
         if suite == "dtypes":
             name = vector["name"]
             if name not in NAMES:

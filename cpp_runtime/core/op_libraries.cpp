@@ -2,6 +2,7 @@
 
 #include "digest.h"
 #include "errors.h"
+#include "shared_object.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
@@ -83,6 +84,10 @@ void load_op_libraries(const std::vector<std::string>& paths,
     // An absolute path: dlopen of a bare name would search the library path instead of
     // the file checked above. RTLD_GLOBAL: the package resolves the library's symbols.
     const auto absolute = std::filesystem::absolute(path).string();
+    // A truncated or foreign file would crash the dynamic loader (SIGBUS), not fail it.
+    check_shared_object_file(absolute, "op library " + path,
+                             "Rebuild it (./scripts/setup.sh builds this project's libraries into build/), or "
+                             "correct the path.");
     LoadedLibrary candidate{absolute, std::filesystem::path(absolute).filename().string(), file_digest(absolute), {}};
     if (const auto it = namespaces.find(candidate.name); it != namespaces.end()) {
       candidate.namespaces = it->second;

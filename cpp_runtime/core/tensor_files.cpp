@@ -2,15 +2,105 @@
 
 #include "errors.h"
 
+#include "zip_archive.h"
+
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+#include <caffe2/serialize/in_memory_adapter.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
 #include <torch/serialize.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <optional>
 
 namespace aoti_runner {
+
+namespace {
+
+// torch::pickle_load, with every storage record's size noted by its data pointer:
+// the unpickler sizes a storage by the numel its pickle declares, whatever the record
+// holds, so a short record would be read past its end.
+c10::IValue unpickle_tensor_file(const std::vector<char>& bytes, std::map<const void*, size_t>& record_sizes) {
+  caffe2::serialize::PyTorchStreamReader reader(
+      std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.data(), static_cast<off_t>(bytes.size())));
+  auto [pickle, pickle_size] = reader.getRecord("data.pkl");
+  const auto* pickle_bytes = static_cast<const char*>(pickle.get());
+  size_t position = 0;
+  const auto read = [&](char* out, size_t n) -> size_t {
+    const size_t count = std::min(n, pickle_size - position);
+    std::copy(pickle_bytes + position, pickle_bytes + position + count, out);
+    position += count;
+    return count;
+  };
+  const auto read_record = [&](const std::string& key) {
+    auto [data, size] = reader.getRecord("data/" + key);
+    record_sizes[data.get()] = size;
+    return std::move(data);
+  };
+  torch::jit::Unpickler unpickler(read, nullptr, nullptr, read_record, c10::Device(c10::kCPU));
+  unpickler.set_version(reader.version());
+  return unpickler.parse_ivalue();
+}
+
+// bytes = a * b + c, or nullopt past uint64.
+std::optional<uint64_t> multiply_add(uint64_t a, uint64_t b, uint64_t c) {
+  uint64_t product = 0;
+  uint64_t sum = 0;
+  if (__builtin_mul_overflow(a, b, &product) || __builtin_add_overflow(product, c, &sum)) {
+    return std::nullopt;
+  }
+  return sum;
+}
+
+// Each tensor must be a dense CPU tensor whose storage lies within the record it was
+// read from, and whose view (offset, sizes, strides) lies within its storage.
+void check_tensors_within_records(const std::vector<at::Tensor>& tensors,
+                                  const std::map<const void*, size_t>& record_sizes, const std::string& path) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
+    const std::string where = "tensor file " + path + ": tensor " + std::to_string(i);
+    const std::string fix = " Write the file again with torch.save([tensor, ...], path).";
+    if (t.layout() != at::kStrided || t.is_quantized() || !t.device().is_cpu()) {
+      throw RunnerError(where + " is not a dense CPU tensor (layout " + c10::toString(t.layout()) + ")." + fix);
+    }
+    const auto storage_bytes = static_cast<uint64_t>(t.storage().nbytes());
+    if (storage_bytes > 0) {
+      const auto record = record_sizes.find(t.storage().data());
+      if (record == record_sizes.end()) {
+        throw RunnerError(where + " has a storage that was not read from the file." + fix);
+      }
+      if (storage_bytes > record->second) {
+        throw RunnerError(where + " declares a storage of " + std::to_string(storage_bytes) +
+                          " bytes, but its record in the file holds " + std::to_string(record->second) +
+                          " (a truncated or crafted file)." + fix);
+      }
+    }
+    if (t.numel() == 0) {
+      continue;
+    }
+    // The last element's offset, in elements: offset + sum((size - 1) * stride).
+    std::optional<uint64_t> last = t.storage_offset() >= 0 ? std::optional<uint64_t>(t.storage_offset()) : std::nullopt;
+    for (int64_t d = 0; d < t.dim() && last; ++d) {
+      if (t.stride(d) < 0) {
+        last = std::nullopt;
+        break;
+      }
+      last = multiply_add(static_cast<uint64_t>(t.size(d) - 1), static_cast<uint64_t>(t.stride(d)), *last);
+    }
+    const auto needed = last ? multiply_add(*last + 1, t.element_size(), 0) : std::nullopt;
+    if (!needed || *needed > storage_bytes) {
+      throw RunnerError(where + " (sizes " + c10::str(t.sizes()) + ", strides " + c10::str(t.strides()) +
+                        ", offset " + std::to_string(t.storage_offset()) + ") reaches past its storage of " +
+                        std::to_string(storage_bytes) + " bytes (a crafted file)." + fix);
+    }
+  }
+}
+
+}  // namespace
 
 std::vector<at::Tensor> load_tensors(const std::string& path) {
   namespace fs = std::filesystem;
@@ -35,9 +125,18 @@ std::vector<at::Tensor> load_tensors(const std::string& path) {
     throw RunnerError(not_a_tensor_file +
                       ": it is not a zip archive, the format torch.save writes. " + format);
   }
-  c10::IValue value;
+  // The zip structure first: libtorch's reader trusts it.
   try {
-    value = torch::pickle_load(bytes);
+    index_zip_bytes(bytes, "it");
+  } catch (const RunnerError& e) {
+    std::string why = e.what();
+    throw RunnerError(not_a_tensor_file + ": " + why.substr(0, why.size() - (!why.empty() && why.back() == '.')) +
+                      ". " + format);
+  }
+  c10::IValue value;
+  std::map<const void*, size_t> record_sizes;
+  try {
+    value = unpickle_tensor_file(bytes, record_sizes);
   } catch (const std::exception& e) {
     std::string reason = e.what();
     if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) {
@@ -51,6 +150,7 @@ std::vector<at::Tensor> load_tensors(const std::string& path) {
   std::vector<at::Tensor> tensors;
   if (value.isTensor()) {
     tensors.push_back(value.toTensor());
+    check_tensors_within_records(tensors, record_sizes, path);
     return tensors;
   }
   if (!value.isList() && !value.isTuple()) {
@@ -66,6 +166,7 @@ std::vector<at::Tensor> load_tensors(const std::string& path) {
     }
     tensors.push_back(elements[i].toTensor());
   }
+  check_tensors_within_records(tensors, record_sizes, path);
   return tensors;
 }
 

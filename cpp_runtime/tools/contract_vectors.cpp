@@ -4,12 +4,14 @@
 // checks both against each vector's expected verdict. No Python in this process.
 #include "dtypes.h"
 #include "errors.h"
+#include "json_text.h"
 #include "model_config.h"
 #include "package_spec.h"
 #include "preflight.h"
 #include "random_inputs.h"
 #include "signature.h"
 #include "tolerance.h"
+#include "zip_archive.h"
 #include "validation.h"
 
 #include <ATen/ATen.h>
@@ -186,6 +188,17 @@ json run_vector(const std::string& suite, const json& vector) {
         files.push_back({file.name, file.sha256});
       }
       return {{"ok", {{"key_hint", manifest.key_hint}, {"files", files}}}};
+    }
+    if (suite == "archive_names") {
+      return aoti_runner::zip_entry_name_problem(vector.at("entry").get<std::string>());
+    }
+    if (suite == "json_depth") {
+      try {
+        aoti_runner::parse_json_limited(vector.at("text").get<std::string>());
+      } catch (const aoti_runner::JsonTextError& e) {
+        return std::string(e.what()).find("levels deep") != std::string::npos ? "too_deep" : "not_json";
+      }
+      return "ok";
     }
     if (suite == "batching") {
       // The config triton_repository would write to batch the package (max_batch_size

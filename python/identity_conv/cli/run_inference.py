@@ -174,6 +174,10 @@ def run_inference(
                 tensors = to_package_device(load_tensors(inputs), spec)
                 console.print(f"input: {inputs}")
             tensors = validate_inputs(tensors, spec)
+            # The references before the run, as aoti_runner: a bad file is refused before
+            # any output is written.
+            expected_tensors = None if expected is None else load_tensors(expected)
+            eager_tensors = None if eager_reference is None else load_tensors(eager_reference)
             for i, tensor in enumerate(tensors):  # the same lines as aoti_runner's
                 console.print(f"input[{i}]: {list(tensor.shape)} {spec.inputs[i].dtype} on {spec.device}")
             results = package.run(tensors)
@@ -182,8 +186,8 @@ def run_inference(
                 save_tensors(outputs, results)
                 console.print(f"wrote outputs to {outputs}")
             checks = plan_checks(
-                expected=None if expected is None else load_tensors(expected),
-                eager=None if eager_reference is None else load_tensors(eager_reference),
+                expected=expected_tensors,
+                eager=eager_tensors,
                 inputs=tensors,
                 is_identity=spec.is_identity,
                 recorded=spec.eager_check,

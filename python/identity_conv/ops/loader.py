@@ -9,8 +9,9 @@ from pathlib import Path
 
 import torch
 
-from ..errors import OpLibraryError
+from ..errors import OpLibraryError, PackageError
 from ..locate import LIBRARY_ENV_VAR, LIBRARY_NAME, op_library_path
+from ..package.shared_object import check_shared_object_file
 from .fakes import OP_NAME, register_fakes
 
 _loaded_path: Path | None = None
@@ -125,6 +126,12 @@ _namespaces_by_library: dict[Path, set[str]] = {}
 
 
 def _load_and_record(path: Path) -> None:
+    # A truncated or foreign file would crash the dynamic loader (SIGBUS), not fail it.
+    try:
+        check_shared_object_file(path, f"op library {path}", "Rebuild it (./scripts/setup.sh builds this project's "
+                                 "libraries into build/), or correct the path.")
+    except PackageError as error:
+        raise OpLibraryError(str(error)) from None
     before = set(torch._C._dispatch_get_all_op_names())
     torch.ops.load_library(str(path))
     added = set(torch._C._dispatch_get_all_op_names()) - before

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
 from ..errors import PackageError
+from .json_text import JsonTextError, parse_json_limited
+from .shared_object import check_shared_object
 from .spec import PackageSpec
+from .zip_check import ZipEntry, index_zip, read_entry
 
 _HINT = "Create it with `export_compile` (default output artifacts/model.pt2)."
 
@@ -43,49 +47,153 @@ def no_loader_message() -> str:
             "AOTInductor")
 
 
+_DAMAGED_HINT = "The file is damaged or is not an AOTI package; re-create it with `export_compile`."
+# Metadata and the loader's other JSON files are small; this bounds what a crafted
+# entry can make the reader allocate.
+_MAX_JSON_ENTRY = 64 << 20
+
+
+def _damaged(path: Path, why: str) -> PackageError:
+    return PackageError(f"could not read the AOTI package {path}: {why}.\n{_DAMAGED_HINT}", kind="damaged")
+
+
+def _model_directory(entries: list[ZipEntry]) -> str:
+    """The folder torch's loader extracts, as it finds it: "data/aotinductor/<model>"
+    under the prefix the first two entries share."""
+    prefix0, prefix1 = (entry.name.split("/", 1)[0] for entry in entries[:2])
+    prefix = f"{prefix0}/" if prefix0 and prefix0 == prefix1 else ""
+    return f"{prefix}data/aotinductor/model"
+
+
 def read_package_metadata(path: str | Path) -> dict[str, str]:
-    """The metadata entries of the AOTI package at ``path`` (AOTI's and ours).
+    """The metadata entries of the AOTI package at ``path`` (AOTI's and ours), read
+    without torch, once everything torch's package loader would trust is checked: the
+    zip structure and entry paths (it extracts under a temporary folder by name), every
+    JSON file it parses, and every shared library it would load. The metadata is what
+    torch's ``load_metadata_from_package`` reads: the first "*wrapper_metadata.json" in
+    the model's folder, an object of strings. The same checks and words as
+    cpp_runtime/core/package_file.cpp.
 
     Raises:
-        PackageError: the file is missing, empty, not a zip, or not an AOTI package.
+        PackageError: the file is missing, empty, not a zip, damaged or crafted, or
+            not an AOTI package.
     """
-    import torch
-
     path = Path(path)
     check_model_file(path, "package", _HINT)
     with path.open("rb") as file:
         magic = file.read(4)
     if magic != b"PK\x03\x04":
         raise PackageError(f"package is not a zip archive (an AOTI .pt2 package is one): {path}\n{_HINT}", kind="damaged")
-    if not zipfile.is_zipfile(path):
-        raise PackageError(
-            f"could not read the AOTI package {path}: the zip archive is damaged or truncated (no central "
-            f"directory).\n{_HINT}",
-            kind="damaged",
-        )
-    loader_class = package_loader_class()
-    if loader_class is None:
-        raise PackageError(f"{no_loader_message()} (needed to read {path}).")
     try:
-        metadata = loader_class.load_metadata_from_package(str(path), "model")
-    except RuntimeError as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise PackageError(
-            f"could not read the AOTI package {path}: {first_line}\n"
-            f"The file is damaged or is not an AOTI package. {_HINT}",
-            kind="damaged",
-        ) from error
-    return dict(metadata)
+        entries = index_zip(path, "it")
+    except PackageError as error:
+        raise _damaged(path, str(error).removesuffix(".")) from None
+    if len(entries) < 2:
+        raise _damaged(path, f"it has {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}, and an AOTI package "
+                             "has its model's files")
+    directory = _model_directory(entries)
+    metadata_entry: ZipEntry | None = None
+    for entry in entries:
+        in_model = entry.name.startswith(directory)
+        if entry.name.endswith(".json"):
+            if entry.size > _MAX_JSON_ENTRY:
+                raise _damaged(path, f"{entry.name} is {entry.size} bytes, larger than any AOTI JSON file")
+            try:
+                parse_json_limited(read_entry(path, entry))
+            except JsonTextError as error:
+                raise _damaged(path, f"{entry.name} is not valid JSON ({error})") from None
+            if in_model and metadata_entry is None and entry.name.endswith("wrapper_metadata.json"):
+                metadata_entry = entry
+        if in_model and entry.name.endswith(".so"):
+            check_shared_object(entry.size, lambda offset, n, entry=entry: read_entry(path, entry, offset, n),
+                                f"the model library {entry.name} in {path}", "Re-create the package with export_compile.")
+    if metadata_entry is None:
+        raise _damaged(path, f"it has no {directory}/*wrapper_metadata.json (not an AOTI package, or one of another "
+                             "model name)")
+    document = parse_json_limited(read_entry(path, metadata_entry))
+    if not isinstance(document, dict):
+        raise _damaged(path, f"{metadata_entry.name} is not a JSON object")
+    for key, value in document.items():
+        if not isinstance(value, str):
+            raise _damaged(path, f"{metadata_entry.name}: the value of {json.dumps(key)[:80]} is not a string")
+    return document
 
 
 def read_package_spec(path: str | Path) -> PackageSpec:
-    """Check that ``path`` looks like an AOTI package and read its recorded spec.
+    """Check that ``path`` looks like an AOTI package and read its recorded spec,
+    checked against the compiled model's own input checks (``check_spec_against_compiled``).
 
     Raises:
         PackageError: the file is missing, empty, not a zip, not an AOTI package,
-            or was not written by export_compile (SpecError).
+            was not written by export_compile (SpecError), or its spec does not match
+            its compiled model.
     """
-    return PackageSpec.from_metadata(read_package_metadata(path), path)
+    spec = PackageSpec.from_metadata(read_package_metadata(path), path)
+    check_spec_against_compiled(spec, path)
+    return spec
+
+
+# A large model's generated wrapper is still far below this.
+_MAX_WRAPPER_SOURCE = 256 << 20
+_HANDLE = re.compile(r"ConstantHandle (\w+) = ConstantHandle\(input_handles\[(\d{1,18})\]\);")
+_DTYPE = re.compile(r" (\w+)_expected_dtype = aoti_torch_dtype_(\w+)\(\);")
+_STATIC_DIM = re.compile(r'"input_handles\[(\d{1,18})\]: unmatched dim value at (\d{1,18}), "\s*\n[^\n]*"expected: (\d{1,18}), ')
+
+
+def compiled_inputs(source: str) -> dict[int, tuple[str, dict[int, int]]]:
+    """What the compiled model checks of each input, read from the generated wrapper
+    source: its dtype and its static dims (see cpp_runtime/core/package_file.cpp).
+    Dynamic dims' ranges are not read: AOTI checks them as >= 2 where export allows 1,
+    and kernels index them by the actual size."""
+    handles = {name: int(index) for name, index in _HANDLE.findall(source)}
+    inputs: dict[int, tuple[str, dict[int, int]]] = {index: ("", {}) for index in handles.values()}
+    for name, dtype in _DTYPE.findall(source):
+        if name in handles:
+            inputs[handles[name]] = (dtype, inputs[handles[name]][1])
+    for index, dim, size in _STATIC_DIM.findall(source):
+        inputs.setdefault(int(index), ("", {}))[1][int(dim)] = int(size)
+    return inputs
+
+
+def check_spec_against_compiled(spec: PackageSpec, path: str | Path) -> None:
+    """The spec must agree with the compiled model's own input checks, read from the
+    generated wrapper source the package carries: each input's dtype and static dims.
+    A spec that lies (a dim dynamic that the kernels have static) would let a smaller
+    input reach kernels that read past it. The same words as aoti_runner's.
+
+    Raises:
+        PackageError: kind "spec_mismatch".
+    """
+    path = Path(path)
+    entries = index_zip(path, f"the AOTI package {path}")
+    directory = _model_directory(entries)
+    source = next((e for e in entries if e.name.startswith(directory) and e.name.endswith("wrapper.cpp")), None)
+    if source is None or source.size > _MAX_WRAPPER_SOURCE:
+        return  # no source to read the compiled checks from (not a torch 2.13+ package)
+
+    def mismatch(what: str) -> PackageError:
+        return PackageError(
+            f"the package's spec does not match its compiled model: {what}. The package is damaged or was tampered "
+            "with; re-create it with export_compile.",
+            kind="spec_mismatch",
+        )
+
+    text = read_entry(path, source).decode("utf-8", errors="replace")
+    for index, (dtype, static_dims) in sorted(compiled_inputs(text).items()):
+        name = f"input[{index}]"
+        if index >= len(spec.inputs):
+            raise mismatch(f"the compiled model takes {name}, which the spec does not list")
+        declared = spec.inputs[index]
+        if dtype and dtype != declared.dtype:
+            raise mismatch(f"the spec says {name} is {declared.dtype}, but the model was compiled for {dtype}")
+        for dim, size in sorted(static_dims.items()):
+            if dim >= len(declared.dims):
+                raise mismatch(f"the model was compiled for {name} with a dim {dim}, which the spec does not have")
+            bounds = declared.dims[dim]
+            if bounds.min != size or bounds.max != size:
+                shown = str(bounds.min) if bounds.is_static else f"{bounds.min}..{bounds.max}"
+                raise mismatch(f"the spec says {name} dim {dim} is {shown}, but the model was compiled for exactly "
+                               f"{size}")
 
 
 def rewrite_package_metadata(source: str | Path, target: str | Path, changes: dict[str, str | None]) -> Path:

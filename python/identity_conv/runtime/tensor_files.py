@@ -4,12 +4,12 @@ with torch.save (read in C++ with torch::pickle_load)."""
 from __future__ import annotations
 
 import re
-import zipfile
 from pathlib import Path
 
 import torch
 
-from ..errors import IdentityConvError, InputError
+from ..errors import IdentityConvError, InputError, PackageError
+from ..package.zip_check import index_zip
 
 _HINT = "Write it with torch.save([tensor, ...], path) or with a runner's --outputs."
 # What a tensor file is; cpp_runtime/core/tensor_files.cpp says the same.
@@ -60,8 +60,15 @@ def load_tensors(path: str | Path) -> list[torch.Tensor]:
         raise InputError(f"tensor file is empty: {path}\n{_HINT}")
     # torch.save writes a zip archive, the only format the C++ runner reads; anything
     # else (a text file, a numpy file) would reach the unpickler and fail obscurely.
-    if not zipfile.is_zipfile(path):
-        raise _not_a_tensor_file(path, "it is not a zip archive, the format torch.save writes")
+    with path.open("rb") as file:
+        if file.read(2) != b"PK":
+            raise _not_a_tensor_file(path, "it is not a zip archive, the format torch.save writes")
+    # The zip structure first: torch's reader trusts it. torch.load then checks each
+    # storage record against the size its pickle declares.
+    try:
+        index_zip(path, "it")
+    except PackageError as error:
+        raise _not_a_tensor_file(path, str(error).removesuffix(".")) from None
     try:
         value = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as error:  # the unpickler raises many types on a foreign archive
