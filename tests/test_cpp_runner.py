@@ -121,7 +121,7 @@ def test_a_file_that_is_not_a_shared_library(build, compiled_package, tmp_path):
     fake = _write(tmp_path / "libfake.so", b"not an ELF file")
     result = run_cmd(build.runner, compiled_package.path, fake)
     assert result.returncode == 2
-    assert f"could not load op library {fake}" in result.stderr
+    assert f"op library {fake} is not a complete shared library for this machine" in result.stderr
 
 
 @pytest.mark.parametrize(
