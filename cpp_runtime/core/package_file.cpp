@@ -1,6 +1,7 @@
 #include "package_file.h"
 
 #include "errors.h"
+#include "torch_lock.h"
 
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
@@ -52,6 +53,7 @@ std::map<std::string, std::string> read_package_metadata(const std::string& path
   }
   std::unordered_map<std::string, std::string> metadata;
   try {
+    const auto lock = lock_torch_globals();
     metadata = torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(path, "model");
   } catch (const std::exception& e) {
     rethrow_with_context("could not read the AOTI package " + path, e,

@@ -152,7 +152,7 @@ std::unique_ptr<InstanceState> load_instance(TRITONBACKEND_ModelInstance* instan
     check(TRITONBACKEND_ModelInstanceDeviceId(instance, &device_id), "reading the instance's device");
     state->device = c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_id));
   }
-  state->loader = aoti_runner::load_package(state->model->model.package, state->device.is_cuda() ? state->device.index() : -1);
+  state->loader = aoti_runner::load_package(state->model->model.package, 1, state->device.is_cuda() ? state->device.index() : -1);
   return state;
 }
 
