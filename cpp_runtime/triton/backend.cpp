@@ -374,8 +374,7 @@ void answer_and_release(TRITONBACKEND_ModelInstance* triton_instance, const Mode
                         std::vector<Pending>& pending, uint64_t exec_start, bool failed,
                         const std::string& failure) noexcept {
   const uint64_t exec_end = now_ns();
-  for (size_t i = 0; i < pending.size(); ++i) {
-    auto& item = pending[i];
+  for (auto& item : pending) {
     bool ok = !failed && !item.error;
     try {
       if (failed && !item.error && !failure.empty()) {
@@ -384,9 +383,7 @@ void answer_and_release(TRITONBACKEND_ModelInstance* triton_instance, const Mode
       }
       // Inputs may point into the request's buffers: dropped before it is released.
       item.inputs.clear();
-      if (i > 0) {
-        inject_test_fault(model, "answering");
-      }
+      inject_test_fault(model, "answering");
       // Statistics before the response: a client that reads them after its answer sees
       // its own request counted.
       const uint64_t compute_start = item.compute_start_ns ? item.compute_start_ns : exec_end;
