@@ -26,6 +26,8 @@
 #include <thread>
 #include <utility>
 
+#include "aoti_package.h"
+#include "cpu_budget.h"
 #include "errors.h"
 
 namespace aoti_runner {
@@ -147,7 +149,7 @@ void choose_intra_op_threads(torch::inductor::AOTIModelPackageLoader& loader,
     result.intra_op_choice = "set with --intra-op-threads";
     return;
   }
-  const int many = std::max(1, cores / options.threads);
+  const int many = intra_op_threads_for(cores, options.threads);
   if (many == 1) {
     why << "cores / serving threads = " << cores << " / " << options.threads
         << ", so 1: nothing to choose from";
@@ -284,14 +286,14 @@ BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>
   }
   BenchResult result;
   result.options = options;
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = usable_cpus();
   result.rss_start_kib = resident_set_kib();
 
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
   std::vector<at::Tensor> reference;
+  // One loader, one runner per serving thread: run() lends each call a free runner.
+  loader = load_package(path, static_cast<size_t>(options.threads));
   try {
-    loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-        path, "model", /*run_single_threaded=*/false, static_cast<size_t>(options.threads));
     reference = loader->run(inputs);
   } catch (const c10::Error& e) {
     throw RunnerError("running the AOTI package " + path + " failed: " + e.what_without_backtrace());

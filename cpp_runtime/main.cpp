@@ -1,6 +1,7 @@
 // aoti_runner: runs an AOTInductor package from C++ with no Python in the process,
 // then verifies the output bit-for-bit. Argument parsing and printing only; the
 // work is in the runner core (core/, one file per concern) and bench.cpp.
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
 #include <cctype>
@@ -21,6 +22,7 @@
 #include "aoti_package.h"
 #include "bench.h"
 #include "bundle.h"
+#include "cpu_budget.h"
 #include "errors.h"
 #include "op_libraries.h"
 #include "package_file.h"
@@ -427,6 +429,11 @@ int run(const Options& options) {
   using namespace aoti_runner;
   const auto malloc_policy = parse_malloc_policy(options.malloc_policy);
   apply_malloc_policy(malloc_policy);
+  // The CPU budget's rule (one serving thread), unless OpenMP's own setting is given;
+  // the benchmark sets its threads' count itself.
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    at::set_num_threads(intra_op_threads_for(usable_cpus(), 1));
+  }
   if (options.inspect) {
     return inspect(options);
   }

@@ -1,8 +1,15 @@
 #include "aoti_package.h"
 
+#include "digest.h"
 #include "errors.h"
 #include "op_libraries.h"
 #include "preflight.h"
+#include "torch_lock.h"
+
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 namespace aoti_runner {
 
@@ -14,10 +21,15 @@ void prepare_package(const PackageSpec& spec, const std::vector<std::string>& op
   check_required_symbols(spec, host);
 }
 
-std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_package(const std::string& path, int device_index) {
+std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_package(const std::string& path, size_t num_runners,
+                                                                     int device_index) {
+  if (num_runners < 1) {
+    throw RunnerError("a package loader needs at least 1 runner, got 0.");
+  }
   try {
-    return std::make_unique<torch::inductor::AOTIModelPackageLoader>(path, "model", /*run_single_threaded=*/false,
-                                                                     /*num_runners=*/1, device_index);
+    const auto lock = lock_torch_globals();
+    return std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+        path, "model", /*run_single_threaded=*/false, num_runners, static_cast<c10::DeviceIndex>(device_index));
   } catch (const std::exception& e) {
     rethrow_with_context("could not load the AOTI package " + path, e, "");
   }
@@ -31,6 +43,133 @@ std::vector<at::Tensor> run_package(const std::string& path,
   } catch (const std::exception& e) {
     rethrow_with_context("running the AOTI package " + path + " failed", e, "");
   }
+}
+
+// --- the loader pool ------------------------------------------------------------
+
+struct LoaderLease::Slot {
+  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+  bool lent = false;
+  bool reused = false;
+};
+
+namespace {
+
+using PoolKey = std::tuple<std::string, size_t, int>;  // SHA-256 of the package, runners, device
+
+struct Pool {
+  std::mutex mutex;  // guards `slots`; never held while a loader is built
+  std::map<PoolKey, std::vector<std::shared_ptr<LoaderLease::Slot>>> slots;
+};
+
+Pool& pool() {
+  // Never destroyed: a loader's destructor at exit would run after torch's own statics.
+  static auto* instance = new Pool;
+  return *instance;
+}
+
+std::string file_sha256(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    throw RunnerError("could not read the AOTI package " + path + " to hash it.");
+  }
+  Sha256 hasher;
+  std::vector<char> buffer(1 << 20);
+  while (file) {
+    file.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    hasher.update(buffer.data(), static_cast<size_t>(file.gcount()));
+  }
+  if (file.bad()) {
+    throw RunnerError("reading the AOTI package " + path + " failed while hashing it.");
+  }
+  return hasher.finish();
+}
+
+}  // namespace
+
+LoaderLease& LoaderLease::operator=(LoaderLease&& other) noexcept {
+  if (this != &other) {
+    give_back();
+    slot_ = std::move(other.slot_);
+  }
+  return *this;
+}
+
+LoaderLease::~LoaderLease() {
+  give_back();
+}
+
+void LoaderLease::give_back() noexcept {
+  if (slot_) {
+    std::lock_guard<std::mutex> lock(pool().mutex);
+    slot_->lent = false;
+    slot_.reset();
+  }
+}
+
+torch::inductor::AOTIModelPackageLoader& LoaderLease::loader() const {
+  if (!slot_) {
+    throw RunnerError("internal error: an empty loader lease was used.");
+  }
+  return *slot_->loader;
+}
+
+bool LoaderLease::reused() const {
+  return slot_ && slot_->reused;
+}
+
+LoaderLease lease_package_loader(const std::string& path, size_t num_runners, int device_index) {
+  const PoolKey key{file_sha256(path), num_runners, device_index};
+  auto& shared = pool();
+  {
+    std::lock_guard<std::mutex> lock(shared.mutex);
+    for (auto& slot : shared.slots[key]) {
+      if (!slot->lent) {
+        slot->lent = true;
+        slot->reused = true;
+        return LoaderLease(slot);
+      }
+    }
+  }
+  // None free (never built, or every one lent to a model still loaded): a new one.
+  auto slot = std::make_shared<LoaderLease::Slot>();
+  slot->loader = load_package(path, num_runners, device_index);
+  slot->lent = true;
+  {
+    std::lock_guard<std::mutex> lock(shared.mutex);
+    shared.slots[key].push_back(slot);
+  }
+  return LoaderLease(slot);
+}
+
+LoaderPoolSize loader_pool_size() {
+  LoaderPoolSize size;
+  std::lock_guard<std::mutex> lock(pool().mutex);
+  for (const auto& [key, slots] : pool().slots) {
+    for (const auto& slot : slots) {
+      ++size.loaders;
+      size.lent += slot->lent ? 1 : 0;
+    }
+  }
+  return size;
+}
+
+size_t drop_free_loaders() {
+  std::vector<std::shared_ptr<LoaderLease::Slot>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(pool().mutex);
+    for (auto& [key, slots] : pool().slots) {
+      for (auto it = slots.begin(); it != slots.end();) {
+        if ((*it)->lent) {
+          ++it;
+        } else {
+          dropped.push_back(std::move(*it));
+          it = slots.erase(it);
+        }
+      }
+    }
+  }
+  return dropped.size();  // destroyed here, outside the pool's lock
 }
 
 }  // namespace aoti_runner

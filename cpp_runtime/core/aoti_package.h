@@ -8,6 +8,7 @@
 #include <ATen/Tensor.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,12 +21,54 @@ namespace aoti_runner {
 // loader's RunnerErrors; nothing of the package itself has run when it throws.
 void prepare_package(const PackageSpec& spec, const std::vector<std::string>& op_libraries);
 
-// One loader (one runner inside) for a package whose preflight passed, on the given
-// device index (-1: the package's). Throws a RunnerError with the loader's first line.
+// One loader for a package whose preflight passed, with `num_runners` runners (the
+// threads that may call run() at once; run() is thread-safe across them), on the given
+// device index (-1: the package's). Built under lock_torch_globals(). Throws a
+// RunnerError with the loader's first line.
 std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_package(const std::string& path,
+                                                                     size_t num_runners = 1,
                                                                      int device_index = -1);
 
 // Loads the package and runs it once on validated inputs.
 std::vector<at::Tensor> run_package(const std::string& path, const std::vector<at::Tensor>& inputs);
+
+// A loader lent from the process-wide pool, for a server that loads and unloads models.
+// glibc never unloads a package's model library (it has STB_GNU_UNIQUE symbols), so a
+// loader built afresh on every reload would map one more copy each time. The pool keeps
+// every loader it built, keyed by the package's SHA-256, runner count and device, and
+// lends a free one when the same package is loaded again: reloads then map nothing new.
+// The lease gives the loader back when destroyed; the loader itself stays (and its
+// extracted files with it) until the process exits.
+class LoaderLease {
+ public:
+  struct Slot;
+  LoaderLease() = default;
+  explicit LoaderLease(std::shared_ptr<Slot> slot) : slot_(std::move(slot)) {}
+  LoaderLease(LoaderLease&&) noexcept = default;
+  LoaderLease& operator=(LoaderLease&& other) noexcept;
+  LoaderLease(const LoaderLease&) = delete;
+  LoaderLease& operator=(const LoaderLease&) = delete;
+  ~LoaderLease();
+
+  torch::inductor::AOTIModelPackageLoader& loader() const;
+  bool reused() const;  // true: the pool had built this loader before, for an earlier lease
+
+ private:
+  void give_back() noexcept;
+  std::shared_ptr<Slot> slot_;
+};
+
+LoaderLease lease_package_loader(const std::string& path, size_t num_runners, int device_index = -1);
+
+// How many loaders the pool holds, and how many of them are lent out.
+struct LoaderPoolSize {
+  size_t loaders = 0;
+  size_t lent = 0;
+};
+LoaderPoolSize loader_pool_size();
+
+// Destroys every loader not lent out (their extracted files go with them; their model
+// libraries stay mapped): for a server's shutdown. Returns how many it destroyed.
+size_t drop_free_loaders();
 
 }  // namespace aoti_runner

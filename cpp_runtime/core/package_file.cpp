@@ -118,7 +118,8 @@ std::map<size_t, CompiledInput> compiled_inputs(const std::string& source) {
 // Everything torch's package loader would trust, checked before it runs: the zip
 // structure and entry paths (it extracts under a temporary folder by name), every JSON
 // file it parses (with recursion), and every shared library it would dlopen. Returns
-// the metadata that torch's load_metadata_from_package would read: the first
+// the metadata that torch's load_metadata_from_package would read (without torch, so
+// without its shared JSON state and the lock around it): the first
 // "*wrapper_metadata.json" in the model's folder, an object of strings.
 std::map<std::string, std::string> read_checked_metadata(const std::string& path) {
   std::vector<ZipEntry> entries;

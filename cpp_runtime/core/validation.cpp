@@ -7,6 +7,20 @@
 
 namespace aoti_runner {
 
+std::optional<int64_t> checked_byte_size(const std::vector<int64_t>& shape, size_t element_size) {
+  int64_t count = 1;
+  for (const auto size : shape) {
+    if (size < 0 || __builtin_mul_overflow(count, size, &count)) {
+      return std::nullopt;
+    }
+  }
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(count, static_cast<int64_t>(element_size), &bytes)) {
+    return std::nullopt;
+  }
+  return bytes;
+}
+
 std::string format_sizes(const std::vector<int64_t>& sizes) {
   std::string out = "[";
   for (size_t i = 0; i < sizes.size(); ++i) {

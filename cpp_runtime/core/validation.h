@@ -9,7 +9,9 @@
 
 #include <ATen/Tensor.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,10 @@ void check_inputs(const std::vector<InputDesc>& inputs, const PackageSpec& spec)
 // applied, contiguous: AOTI reads dense row-major buffers).
 std::vector<at::Tensor> validate_inputs(const std::vector<at::Tensor>& inputs,
                                         const PackageSpec& spec);
+
+// The bytes of a dense tensor of this shape, or nullopt when a size is negative or the
+// element count or the byte count does not fit an int64 (torch's numel and nbytes).
+std::optional<int64_t> checked_byte_size(const std::vector<int64_t>& shape, size_t element_size);
 
 std::string format_sizes(const std::vector<int64_t>& sizes);
 std::string format_sizes(const at::Tensor& t);

@@ -209,7 +209,8 @@ json run_vector(const std::string& suite, const json& vector) {
       }
       aoti_triton::ModelConfig config;
       config.max_batch_size = std::min<int64_t>(spec.inputs[0].dims[0].max, 2147483647);
-      config.instance_kinds = {"KIND_CPU"};
+      config.instance_groups = {aoti_triton::InstanceGroup{"KIND_CPU", 1, {}}};
+      config.instance_count = 1;
       const auto entries = [](const std::vector<aoti_runner::TensorSpec>& tensors, const char* prefix) {
         std::vector<aoti_triton::ConfigTensor> result;
         for (size_t i = 0; i < tensors.size(); ++i) {

@@ -2,9 +2,11 @@
 // packages with their custom op libraries. A model version directory is a deploy
 // bundle (model.pt2, the op libraries its spec records, optionally model.sig), opened
 // with the runner core exactly as aoti_runner opens one: trust policy, preflight, op
-// libraries, then one AOTIModelPackageLoader per model instance.
+// libraries, then one AOTIModelPackageLoader per model and device, with a runner for
+// each of its instances there, lent from the runner core's loader pool.
 #include "aoti_package.h"
 #include "bundle.h"
+#include "cpu_budget.h"
 #include "errors.h"
 #include "malloc_policy.h"
 #include "model_config.h"
@@ -19,12 +21,12 @@
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace aoti_triton {
@@ -34,6 +36,10 @@ using aoti_runner::RunnerError;
 
 // Set once by TRITONBACKEND_Initialize, before any model loads.
 BackendSettings g_settings;
+int g_cpus = 1;  // usable_cpus(): the affinity mask and cgroup quota of the server
+
+// Every instance of every model loaded now: the CPU budget is shared out among them.
+std::atomic<int64_t> g_server_instances{0};
 
 // Models load on parallel threads; the op libraries' registration, the trust policy's
 // environment and the preflight's view of the dispatcher are process-wide.
@@ -64,7 +70,20 @@ struct ModelState {
   uint64_t version = 0;
   ModelConfig config;
   aoti_runner::OpenedModel model;  // keeps a verified private copy alive
-  int threads = 1;
+  bool counted = false;            // its instances are in g_server_instances
+  // One loader per device index (-1: the CPU), built or reused by the device's first
+  // instance, with a runner for each instance there; instances share it (run() is
+  // thread-safe across runners). Released after every instance is finalized.
+  std::mutex loaders_mutex;
+  std::map<int, aoti_runner::LoaderLease> loaders;
+  // Test-only (the test_fault parameter): where execute throws on purpose.
+  std::string test_fault;
+
+  ~ModelState() {
+    if (counted) {
+      g_server_instances -= config.instance_count;
+    }
+  }
 };
 
 // The trust policy: the server's --backend-config key, else $IDENTITY_CONV_TRUSTED_KEY,
@@ -107,8 +126,11 @@ std::unique_ptr<ModelState> load_model(TRITONBACKEND_Model* model) {
   // Everything the config can refuse is refused before any op library loads: a library
   // stays registered in the process after a failed load.
   check_config_against_spec(state->config, spec);
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  state->threads = intra_op_threads(state->config, cores);
+  // A bad intra_op_threads parameter is refused here, not on the first request.
+  const int threads = intra_op_threads(state->config, g_cpus, g_server_instances + state->config.instance_count);
+  if (const auto it = state->config.parameters.find("test_fault"); it != state->config.parameters.end()) {
+    state->test_fault = it->second;
+  }
   aoti_runner::prepare_package(spec, state->model.op_libraries);
 
   std::string libraries;
@@ -119,8 +141,12 @@ std::unique_ptr<ModelState> load_model(TRITONBACKEND_Model* model) {
       "model " + state->name + " version " + std::to_string(state->version) + ": " +
           (state->model.status.empty() ? "unsigned bundle" : state->model.status) + "; op libraries: " +
           (libraries.empty() ? "none" : libraries) + "; max_batch_size " +
-          std::to_string(state->config.max_batch_size) + "; " + std::to_string(state->threads) +
-          " intra-op thread(s) per instance",
+          std::to_string(state->config.max_batch_size) + "; " + std::to_string(state->config.instance_count) +
+          " instance(s); " + std::to_string(threads) + " intra-op thread(s) per instance (" +
+          (state->config.parameters.count("intra_op_threads") ? "the intra_op_threads parameter"
+                                                               : "of " + std::to_string(g_cpus) +
+                                                                     " usable CPU(s), with every loaded instance") +
+          ")",
       __LINE__);
   return state;
 }
@@ -129,7 +155,7 @@ struct InstanceState {
   ModelState* model = nullptr;
   std::string name;
   c10::Device device{c10::DeviceType::CPU};
-  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+  torch::inductor::AOTIModelPackageLoader* loader = nullptr;  // the model's, for this device
 };
 
 std::unique_ptr<InstanceState> load_instance(TRITONBACKEND_ModelInstance* instance) {
@@ -147,21 +173,48 @@ std::unique_ptr<InstanceState> load_instance(TRITONBACKEND_ModelInstance* instan
   state->model = static_cast<ModelState*>(model_state);
   // The instance kind was checked against the package's device with the config; a GPU
   // instance runs on the device Triton gave it.
-  if (c10::Device(state->model->model.spec.device).is_cuda()) {
-    int32_t device_id = 0;
+  const bool gpu = c10::Device(state->model->model.spec.device).is_cuda();
+  int32_t device_id = 0;
+  if (gpu) {
     check(TRITONBACKEND_ModelInstanceDeviceId(instance, &device_id), "reading the instance's device");
     state->device = c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_id));
   }
-  state->loader = aoti_runner::load_package(state->model->model.package, state->device.is_cuda() ? state->device.index() : -1);
+  auto& owner = *state->model;
+  const int device_index = gpu ? device_id : -1;
+  std::lock_guard<std::mutex> lock(owner.loaders_mutex);
+  auto it = owner.loaders.find(device_index);
+  if (it == owner.loaders.end()) {
+    const auto runners = instances_on_device(owner.config, gpu, device_id);
+    auto lease = aoti_runner::lease_package_loader(owner.model.package, static_cast<size_t>(runners), device_index);
+    const auto pool = aoti_runner::loader_pool_size();
+    log(TRITONSERVER_LOG_INFO,
+        "model " + owner.name + " version " + std::to_string(owner.version) + ": " +
+            (lease.reused() ? "reused the loader of an earlier load of the same package" : "built a loader") +
+            " with " + std::to_string(runners) + " runner(s) on " + (gpu ? state->device.str() : "the CPU") +
+            "; the process holds " + std::to_string(pool.loaders) + " loader(s), " + std::to_string(pool.lent) +
+            " in use",
+        __LINE__);
+    it = owner.loaders.emplace(device_index, std::move(lease)).first;
+  }
+  state->loader = &it->second.loader();
   return state;
 }
 
 // Intra-op threads are the calling thread's (OpenMP's team size), but set_num_threads
 // also sets a process-wide default that a thread's first parallel region adopts: so
-// checked on every execute, on Triton's execution thread of the instance.
-void use_intra_op_threads(int threads) {
+// checked on every execute, on Triton's execution thread of the instance. The count
+// follows the server's instances as models load and unload.
+void use_intra_op_threads(const ModelState& model) {
+  const int threads = intra_op_threads(model.config, g_cpus, g_server_instances.load());
   if (at::get_num_threads() != threads) {
     at::set_num_threads(threads);
+  }
+}
+
+// The test_fault parameter (test-only): throws at the named step of execute.
+void inject_test_fault(const ModelState& model, const char* step) {
+  if (model.test_fault == step) {
+    throw RunnerError(std::string("injected test fault at ") + step + " (the test_fault parameter)");
   }
 }
 
@@ -274,16 +327,15 @@ void run_group(InstanceState& instance, const std::vector<Pending*>& group, bool
   }
 }
 
-void execute(TRITONBACKEND_ModelInstance* triton_instance, InstanceState& instance, TRITONBACKEND_Request** requests,
-             uint32_t count) {
-  const uint64_t exec_start = now_ns();
-  use_intra_op_threads(instance.model->threads);
-  const bool batched = instance.model->config.max_batch_size > 0;
-  const auto& spec = instance.model->model.spec;
-  std::vector<Pending> pending(count);
-  for (uint32_t r = 0; r < count; ++r) {
-    auto& item = pending[r];
-    item.request = requests[r];
+// Reads every request and runs them in groups. May throw anywhere: whatever it left
+// unfinished, answer_and_release then answers.
+void execute(TRITONBACKEND_ModelInstance* triton_instance, InstanceState& instance, std::vector<Pending>& pending,
+             uint64_t exec_start) {
+  const auto& model = *instance.model;
+  use_intra_op_threads(model);
+  const bool batched = model.config.max_batch_size > 0;
+  const auto& spec = model.model.spec;
+  for (auto& item : pending) {
     if (auto* error = TRITONBACKEND_ResponseNew(&item.response, item.request)) {
       log(TRITONSERVER_LOG_ERROR, std::string("creating a response: ") + TRITONSERVER_ErrorMessage(error));
       TRITONSERVER_ErrorDelete(error);
@@ -297,54 +349,98 @@ void execute(TRITONBACKEND_ModelInstance* triton_instance, InstanceState& instan
         item.batch = item.inputs.front().size(0);
       }
     } catch (...) {
-      item.error = "invalid request for model " + instance.model->name + ": " + describe_current_exception();
+      item.error = "invalid request for model " + model.name + ": " + describe_current_exception();
     }
   }
-  try {
-    for (const auto& group : group_requests(pending, batched)) {
-      run_group(instance, group, batched, triton_instance, exec_start);
-    }
-    if (instance.device.is_cuda()) {
-      // Copies into and out of device buffers are asynchronous: done before a response
-      // is sent or a request's buffers are released.
-      c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->synchronizeDevice(instance.device.index());
-    }
-  } catch (...) {
-    // Whatever failed outside a request's own steps fails every request still pending;
-    // each is still answered and released below.
-    const auto why = "executing the batch failed: " + describe_current_exception();
-    for (auto& item : pending) {
-      if (!item.error && item.compute_end_ns == 0) {
-        item.error = why;
-        item.code = TRITONSERVER_ERROR_INTERNAL;
-      }
-    }
+  inject_test_fault(model, "before_run");
+  for (const auto& group : group_requests(pending, batched)) {
+    run_group(instance, group, batched, triton_instance, exec_start);
   }
+  if (instance.device.is_cuda()) {
+    // Copies into and out of device buffers are asynchronous: done before a response
+    // is sent or a request's buffers are released.
+    c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->synchronizeDevice(instance.device.index());
+  }
+  // Where a failed device synchronize would throw: after every group wrote its outputs.
+  inject_test_fault(model, "after_run");
+}
+
+// Sends each request's response and releases the request, exactly once each. When
+// execute did not finish (`failed`), every request without its own error gets
+// `failure`: one whose outputs were written may still have been hit (a device error
+// fails every request of the batch), so none of them is sent as a success. Never
+// throws: a step that fails becomes the request's error, and it is still released.
+void answer_and_release(TRITONBACKEND_ModelInstance* triton_instance, const ModelState& model,
+                        std::vector<Pending>& pending, uint64_t exec_start, bool failed,
+                        const std::string& failure) noexcept {
   const uint64_t exec_end = now_ns();
   for (auto& item : pending) {
-    // Inputs may point into the request's buffers: dropped before it is released.
-    item.inputs.clear();
-    // Statistics before the response: a client that reads them after its answer sees
-    // its own request counted.
-    const uint64_t compute_start = item.compute_start_ns ? item.compute_start_ns : exec_end;
-    const uint64_t compute_end = item.compute_end_ns ? item.compute_end_ns : exec_end;
-    if (auto* error = TRITONBACKEND_ModelInstanceReportStatistics(triton_instance, item.request, !item.error,
-                                                                  exec_start, compute_start, compute_end, exec_end)) {
-      TRITONSERVER_ErrorDelete(error);
+    bool ok = !failed && !item.error;
+    try {
+      if (failed && !item.error && !failure.empty()) {
+        item.error = failure;
+        item.code = TRITONSERVER_ERROR_INTERNAL;
+      }
+      // Inputs may point into the request's buffers: dropped before it is released.
+      item.inputs.clear();
+      inject_test_fault(model, "answering");
+      // Statistics before the response: a client that reads them after its answer sees
+      // its own request counted.
+      const uint64_t compute_start = item.compute_start_ns ? item.compute_start_ns : exec_end;
+      const uint64_t compute_end = item.compute_end_ns ? item.compute_end_ns : exec_end;
+      if (auto* error = TRITONBACKEND_ModelInstanceReportStatistics(triton_instance, item.request, ok, exec_start,
+                                                                    compute_start, compute_end, exec_end)) {
+        TRITONSERVER_ErrorDelete(error);
+      }
+    } catch (...) {
+      ok = false;
+      try {
+        item.error = "answering the request failed: " + describe_current_exception();
+        item.code = TRITONSERVER_ERROR_INTERNAL;
+        log(TRITONSERVER_LOG_ERROR, "model " + model.name + ": " + *item.error, __LINE__);
+      } catch (...) {
+        item.error.reset();  // no memory for a message: the fixed one below
+      }
     }
     if (item.response != nullptr) {
-      TRITONSERVER_Error* error =
-          item.error ? TRITONSERVER_ErrorNew(item.code, item.error->c_str()) : nullptr;
+      TRITONSERVER_Error* error = nullptr;
+      if (!ok) {
+        error = item.error ? TRITONSERVER_ErrorNew(item.code, item.error->c_str())
+                           : TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INTERNAL, "the aoti backend failed");
+      }
       if (auto* send_error = TRITONBACKEND_ResponseSend(item.response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, error)) {
-        log(TRITONSERVER_LOG_ERROR, std::string("sending a response: ") + TRITONSERVER_ErrorMessage(send_error));
+        log_message(TRITONSERVER_LOG_ERROR, TRITONSERVER_ErrorMessage(send_error), __LINE__);
         TRITONSERVER_ErrorDelete(send_error);
       }
       if (error != nullptr) {
         TRITONSERVER_ErrorDelete(error);  // ResponseSend does not take ownership
       }
+      item.response = nullptr;
     }
     if (auto* error = TRITONBACKEND_RequestRelease(item.request, TRITONSERVER_REQUEST_RELEASE_ALL)) {
-      log(TRITONSERVER_LOG_ERROR, std::string("releasing a request: ") + TRITONSERVER_ErrorMessage(error));
+      log_message(TRITONSERVER_LOG_ERROR, TRITONSERVER_ErrorMessage(error), __LINE__);
+      TRITONSERVER_ErrorDelete(error);
+    }
+  }
+}
+
+// Answers and releases requests that never got a Pending (only when even that
+// allocation failed): an error response each, with no allocation of ours.
+void fail_untracked(TRITONBACKEND_Request** requests, uint32_t from, uint32_t count) noexcept {
+  for (uint32_t r = from; r < count; ++r) {
+    TRITONBACKEND_Response* response = nullptr;
+    if (TRITONSERVER_Error* error = TRITONBACKEND_ResponseNew(&response, requests[r])) {
+      TRITONSERVER_ErrorDelete(error);
+    } else {
+      auto* why = TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INTERNAL, "the aoti backend ran out of memory");
+      if (auto* send_error = TRITONBACKEND_ResponseSend(response, TRITONSERVER_RESPONSE_COMPLETE_FINAL, why)) {
+        TRITONSERVER_ErrorDelete(send_error);
+      }
+      if (why != nullptr) {
+        TRITONSERVER_ErrorDelete(why);
+      }
+    }
+    if (auto* error = TRITONBACKEND_RequestRelease(requests[r], TRITONSERVER_REQUEST_RELEASE_ALL)) {
       TRITONSERVER_ErrorDelete(error);
     }
   }
@@ -371,23 +467,28 @@ TRITONSERVER_Error* TRITONBACKEND_Initialize(TRITONBACKEND_Backend* backend) {
     TRITONSERVER_Message* config = nullptr;
     check(TRITONBACKEND_BackendConfig(backend, &config), "reading the backend config");
     g_settings = parse_backend_config(message_json(config, false, "reading the backend config"));
+    g_cpus = aoti_runner::usable_cpus();
     aoti_runner::apply_malloc_policy(g_settings.malloc_policy);
     log(TRITONSERVER_LOG_INFO,
         "aoti backend: TRITONBACKEND API " + std::to_string(major) + "." + std::to_string(minor) + ", " +
-            aoti_runner::describe_malloc_policy(g_settings.malloc_policy) +
+            aoti_runner::describe_malloc_policy(g_settings.malloc_policy) + ", " + std::to_string(g_cpus) +
+            " usable CPU(s)" +
             (g_settings.trusted_key.empty() ? "" : ", every bundle verified with " + g_settings.trusted_key),
         __LINE__);
   });
 }
 
 TRITONSERVER_Error* TRITONBACKEND_Finalize(TRITONBACKEND_Backend*) {
-  return nullptr;
+  // Every model is finalized by now: the pooled loaders go, and their extracted files.
+  return guarded(TRITONSERVER_ERROR_INTERNAL, [] { aoti_runner::drop_free_loaders(); });
 }
 
 TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
   return guarded(TRITONSERVER_ERROR_INVALID_ARG, [&] {
     auto state = load_model(model);
     check(TRITONBACKEND_ModelSetState(model, state.get()), "storing the model's state");
+    g_server_instances += state->config.instance_count;
+    state->counted = true;
     state.release();
   });
 }
@@ -421,8 +522,8 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(TRITONBACKEND_ModelInsta
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstance* instance,
                                                        TRITONBACKEND_Request** requests,
                                                        const uint32_t request_count) {
-  // Every request gets its response and is released in execute(); an error returned
-  // here would hand the requests back to Triton, so only a missing state returns one.
+  // Every request gets its response and is released here, on every path; an error
+  // returned would hand the requests back to Triton, so only a missing state returns one.
   void* state = nullptr;
   if (auto* error = TRITONBACKEND_ModelInstanceState(instance, &state)) {
     return error;
@@ -430,11 +531,28 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceExecute(TRITONBACKEND_ModelInstan
   if (state == nullptr) {
     return TRITONSERVER_ErrorNew(TRITONSERVER_ERROR_INTERNAL, "the aoti model instance has no state");
   }
+  auto& instance_state = *static_cast<InstanceState*>(state);
+  const uint64_t exec_start = now_ns();
+  std::vector<Pending> pending;
+  bool failed = false;
+  std::string failure;
   try {
-    execute(instance, *static_cast<InstanceState*>(state), requests, request_count);
+    pending.resize(request_count);
+    for (uint32_t r = 0; r < request_count; ++r) {
+      pending[r].request = requests[r];
+    }
+    execute(instance, instance_state, pending, exec_start);
   } catch (...) {
-    log(TRITONSERVER_LOG_ERROR, "executing requests: " + describe_current_exception(), __LINE__);
+    failed = true;
+    try {
+      failure = "executing the batch failed: " + describe_current_exception();
+      log(TRITONSERVER_LOG_ERROR, "model " + instance_state.model->name + ": " + failure, __LINE__);
+    } catch (...) {
+      failure.clear();  // no memory for a message: answer_and_release sends a fixed one
+    }
   }
+  answer_and_release(instance, *instance_state.model, pending, exec_start, failed, failure);
+  fail_untracked(requests, static_cast<uint32_t>(pending.size()), request_count);
   return nullptr;
 }
 

@@ -1,5 +1,6 @@
 #include "model_config.h"
 
+#include "cpu_budget.h"
 #include "errors.h"
 #include "package_spec.h"
 #include "validation.h"
@@ -109,7 +110,7 @@ std::vector<const ConfigTensor*> by_index(const std::vector<ConfigTensor>& entri
     if (index == count) {
       throw RunnerError("config.pbtxt: " + std::string(what) + " '" + entry.name +
                         "' is not one of the package's: it has " + std::to_string(count) + " " + what +
-                        "(s), named " + prefix + "0.." + prefix + std::to_string(count ? count - 1 : 0) +
+                        "(s), named " + tensor_names(prefix, count) +
                         ". Write the config with triton_repository.");
     }
     if (found[index] != nullptr) {
@@ -150,6 +151,17 @@ void check_tensor(const ConfigTensor& entry, const aoti_runner::TensorSpec& spec
 
 }  // namespace
 
+std::string tensor_names(const char* prefix, size_t count) {
+  if (count == 0) {
+    return "none";
+  }
+  std::string names = prefix + std::string("0");
+  if (count > 1) {
+    names.append("..").append(prefix).append(std::to_string(count - 1));
+  }
+  return names;
+}
+
 std::optional<std::string> config_type_of(const std::string& dtype) {
   for (const auto& type : kTypes) {
     if (dtype == type.dtype) {
@@ -188,11 +200,35 @@ ModelConfig parse_model_config(const json& config) {
   }
   result.inputs = tensors(config, "input");
   result.outputs = tensors(config, "output");
-  result.dynamic_batching = config.contains("dynamic_batching") && !config["dynamic_batching"].is_null();
   if (const auto groups = config.find("instance_group"); groups != config.end() && groups->is_array()) {
-    for (const auto& group : *groups) {
-      result.instance_count += group.contains("count") ? integer(group["count"], "instance_group count") : 1;
-      result.instance_kinds.push_back(group.value("kind", std::string("KIND_AUTO")));
+    for (size_t g = 0; g < groups->size(); ++g) {
+      const auto& item = (*groups)[g];
+      const std::string where = "instance_group[" + std::to_string(g) + "]";
+      if (!item.is_object()) {
+        throw RunnerError("config.pbtxt: " + where + " must be a message.");
+      }
+      InstanceGroup group;
+      group.kind = item.value("kind", std::string("KIND_AUTO"));
+      if (const auto count = item.find("count"); count != item.end()) {
+        group.count = integer(*count, where + " count");
+      }
+      if (group.count < 1) {
+        throw RunnerError("config.pbtxt: " + where + " count must be at least 1, got " +
+                          std::to_string(group.count) + ".");
+      }
+      if (const auto gpus = item.find("gpus"); gpus != item.end() && gpus->is_array()) {
+        for (const auto& gpu : *gpus) {
+          group.gpus.push_back(integer(gpu, where + " gpus"));
+        }
+      }
+      // Triton starts `count` instances on each GPU of a KIND_GPU group.
+      const int64_t devices = group.kind == "KIND_GPU" ? std::max<int64_t>(1, group.gpus.size()) : 1;
+      int64_t instances = 0;
+      if (__builtin_mul_overflow(group.count, devices, &instances) ||
+          __builtin_add_overflow(result.instance_count, instances, &result.instance_count)) {
+        throw RunnerError("config.pbtxt: the instance_group counts overflow a 64-bit integer.");
+      }
+      result.instance_groups.push_back(std::move(group));
     }
   }
   if (const auto parameters = config.find("parameters"); parameters != config.end() && parameters->is_object()) {
@@ -203,11 +239,20 @@ ModelConfig parse_model_config(const json& config) {
       result.parameters[key] = value["string_value"].get<std::string>();
     }
   }
-  static const std::array<const char*, 2> kKnown{"intra_op_threads", "trusted_key"};
+  // test_fault is for the backend's tests only: it makes execute fail on purpose.
+  static const std::array<const char*, 3> kKnown{"intra_op_threads", "trusted_key", "test_fault"};
   for (const auto& [key, value] : result.parameters) {
     if (std::find_if(kKnown.begin(), kKnown.end(), [&](const char* k) { return key == k; }) == kKnown.end()) {
       throw RunnerError("config.pbtxt: unknown parameter '" + key +
                         "'; the aoti backend takes intra_op_threads and trusted_key.");
+    }
+  }
+  if (const auto it = result.parameters.find("test_fault"); it != result.parameters.end()) {
+    static const std::array<const char*, 3> kSteps{"before_run", "after_run", "answering"};
+    if (std::find_if(kSteps.begin(), kSteps.end(), [&](const char* step) { return it->second == step; }) ==
+        kSteps.end()) {
+      throw RunnerError("config.pbtxt: parameter test_fault (for the backend's tests only) must be before_run, "
+                        "after_run or answering, got '" + it->second + "'.");
     }
   }
   return result;
@@ -243,14 +288,14 @@ void check_config_against_spec(const ModelConfig& config, const aoti_runner::Pac
   if (config.inputs.size() != spec.inputs.size()) {
     throw RunnerError("config.pbtxt lists " + std::to_string(config.inputs.size()) +
                       " input(s), but the package takes " + std::to_string(spec.inputs.size()) + " (" +
-                      kInputPrefix + "0.." + kInputPrefix + std::to_string(spec.inputs.size() - 1) +
-                      "). Write the config with triton_repository.");
+                      tensor_names(kInputPrefix, spec.inputs.size()) + "). Write the config with triton_repository.");
   }
   const auto inputs = by_index(config.inputs, kInputPrefix, spec.inputs.size(), "input");
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
     check_tensor(*inputs[i], spec.inputs[i], config.max_batch_size, "input");
   }
-  for (const auto& kind : config.instance_kinds) {
+  for (const auto& group : config.instance_groups) {
+    const auto& kind = group.kind;
     const bool gpu_package = spec.device.rfind("cuda", 0) == 0;
     if ((gpu_package && kind != "KIND_GPU") || (!gpu_package && kind != "KIND_CPU")) {
       throw RunnerError("config.pbtxt: instance_group kind " + kind + ", but the package runs on " + spec.device +
@@ -332,7 +377,20 @@ void check_config_against_spec(const ModelConfig& config, const aoti_runner::Pac
   }
 }
 
-int intra_op_threads(const ModelConfig& config, int cores) {
+int64_t instances_on_device(const ModelConfig& config, bool gpu, int32_t device_id) {
+  int64_t instances = 0;
+  for (const auto& group : config.instance_groups) {
+    if (!gpu) {
+      instances += group.count;
+    } else if (group.gpus.empty() ||
+               std::find(group.gpus.begin(), group.gpus.end(), static_cast<int64_t>(device_id)) != group.gpus.end()) {
+      instances += group.count;
+    }
+  }
+  return std::max<int64_t>(1, instances);
+}
+
+int intra_op_threads(const ModelConfig& config, int cpus, int64_t server_instances) {
   if (const auto it = config.parameters.find("intra_op_threads"); it != config.parameters.end()) {
     size_t used = 0;
     int value = 0;
@@ -349,8 +407,7 @@ int intra_op_threads(const ModelConfig& config, int cores) {
   }
   // One core is left to Triton's own threads (HTTP/gRPC, the batcher): OpenMP workers
   // spin while they wait: on 2 cores, 2 of them made a request tens of times slower.
-  const auto instances = std::max<int64_t>(1, config.instance_count);
-  return static_cast<int>(std::max<int64_t>(1, (cores - 1) / instances));
+  return aoti_runner::intra_op_threads_for(cpus, server_instances, /*reserved=*/1);
 }
 
 }  // namespace aoti_triton

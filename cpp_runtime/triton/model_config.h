@@ -22,10 +22,19 @@ namespace aoti_triton {
 inline constexpr const char* kInputPrefix = "INPUT__";
 inline constexpr const char* kOutputPrefix = "OUTPUT__";
 
+// "INPUT__0..INPUT__2", "INPUT__0" or "none": the names of `count` tensors, for messages.
+std::string tensor_names(const char* prefix, size_t count);
+
 struct ConfigTensor {
   std::string name;
   std::string data_type;      // "TYPE_FP32", ...
   std::vector<int64_t> dims;  // without the batch dim when max_batch_size > 0; -1: any size
+};
+
+struct InstanceGroup {
+  std::string kind;           // "KIND_CPU", "KIND_GPU", ... (KIND_AUTO when not written)
+  int64_t count = 1;          // instances per device (per GPU for KIND_GPU)
+  std::vector<int64_t> gpus;  // the GPUs of a KIND_GPU group, as Triton completed them
 };
 
 struct ModelConfig {
@@ -33,11 +42,15 @@ struct ModelConfig {
   int64_t max_batch_size = 0;  // > 0: every input and output has an implicit batch dim 0
   std::vector<ConfigTensor> inputs;
   std::vector<ConfigTensor> outputs;
-  bool dynamic_batching = false;
-  int64_t instance_count = 0;  // summed over instance_group entries (0: none written)
-  std::vector<std::string> instance_kinds;  // each instance_group's kind ("KIND_CPU", ...)
+  std::vector<InstanceGroup> instance_groups;
+  // Every instance the groups start: count per group, times its GPUs for KIND_GPU.
+  int64_t instance_count = 0;
   std::map<std::string, std::string> parameters;  // string_value of each parameter
 };
+
+// The instances of the model that run on one device: a CPU model's all of them
+// (device_id ignored), a GPU model's those of the groups that list that GPU.
+int64_t instances_on_device(const ModelConfig& config, bool gpu, int32_t device_id);
 
 // Throws RunnerError naming the field.
 ModelConfig parse_model_config(const nlohmann::json& config);
@@ -65,9 +78,9 @@ TRITONSERVER_DataType server_type_of(const std::string& dtype);
 // "float32" for TRITONSERVER_TYPE_FP32; "" for a type no package takes (BYTES, ...).
 std::string dtype_of(TRITONSERVER_DataType type);
 
-// Intra-op threads per instance: the intra_op_threads parameter, else (cores - 1) /
-// instances (at least 1), so N instances and the server's own threads do not
-// oversubscribe C cores.
-int intra_op_threads(const ModelConfig& config, int cores);
+// Intra-op threads per instance: the intra_op_threads parameter, else the CPU budget's
+// rule (cpu_budget.h) over every instance the server runs, of every model, with one
+// CPU left to Triton's own threads.
+int intra_op_threads(const ModelConfig& config, int cpus, int64_t server_instances);
 
 }  // namespace aoti_triton

@@ -29,7 +29,13 @@ at::Tensor gather_input(TRITONBACKEND_Input* input, const std::string& name, c10
                         const std::vector<int64_t>& shape, uint64_t byte_size, uint32_t buffer_count,
                         const c10::Device& device) {
   const auto options = at::TensorOptions().dtype(dtype).device(device);
-  const auto expected_bytes = static_cast<uint64_t>(c10::multiply_integers(shape)) * c10::elementSize(dtype);
+  const auto needed = aoti_runner::checked_byte_size(shape, c10::elementSize(dtype));
+  if (!needed) {
+    throw RunnerError(name + ": shape " + aoti_runner::format_sizes(shape) + " of " + aoti_runner::dtype_name(dtype) +
+                      " is too large: its element or byte count overflows a 64-bit integer. Send a tensor "
+                      "within the model's shape (the config's dims).");
+  }
+  const auto expected_bytes = static_cast<uint64_t>(*needed);
   if (byte_size != expected_bytes) {
     throw RunnerError(name + ": " + std::to_string(byte_size) + " bytes of data for shape " +
                       aoti_runner::format_sizes(shape) + ", which needs " + std::to_string(expected_bytes) + ".");
@@ -82,9 +88,9 @@ std::vector<at::Tensor> read_request_inputs(TRITONBACKEND_Request* request, cons
   uint32_t given = 0;
   check(TRITONBACKEND_RequestInputCount(request, &given), "reading the request's inputs");
   if (given != spec.inputs.size()) {
-    throw RunnerError("the model takes " + std::to_string(spec.inputs.size()) + " input(s) (" + kInputPrefix +
-                      "0.." + kInputPrefix + std::to_string(spec.inputs.size() - 1) + "), the request has " +
-                      std::to_string(given) + ".");
+    throw RunnerError("the model takes " + std::to_string(spec.inputs.size()) + " input(s) (" +
+                      tensor_names(kInputPrefix, spec.inputs.size()) + "), the request has " + std::to_string(given) +
+                      ".");
   }
   struct Given {
     TRITONBACKEND_Input* input = nullptr;
@@ -150,8 +156,7 @@ void write_response_outputs(TRITONBACKEND_Request* request, TRITONBACKEND_Respon
     }
     if (index == outputs.size()) {
       throw RunnerError("the request asks for output '" + wanted + "', but the package returns " +
-                        std::to_string(outputs.size()) + " (" + kOutputPrefix + "0.." + kOutputPrefix +
-                        std::to_string(outputs.size() - 1) + ").");
+                        std::to_string(outputs.size()) + " (" + tensor_names(kOutputPrefix, outputs.size()) + ").");
     }
     auto piece = batched ? outputs[index].narrow(0, first, count) : outputs[index];
     const auto type = server_type_of(aoti_runner::dtype_name(piece.scalar_type()));

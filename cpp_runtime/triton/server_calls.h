@@ -23,11 +23,16 @@ inline void check(TRITONSERVER_Error* error, const std::string& what) {
   throw aoti_runner::RunnerError(message);
 }
 
-inline void log(TRITONSERVER_LogLevel level, const std::string& message, int line = 0) {
+// Allocates nothing of ours: for the paths that must not throw.
+inline void log_message(TRITONSERVER_LogLevel level, const char* message, int line = 0) noexcept {
   // A failed log call has nowhere to report to.
-  if (auto* error = TRITONSERVER_LogMessage(level, "aoti backend", line, message.c_str())) {
+  if (auto* error = TRITONSERVER_LogMessage(level, "aoti backend", line, message)) {
     TRITONSERVER_ErrorDelete(error);
   }
+}
+
+inline void log(TRITONSERVER_LogLevel level, const std::string& message, int line = 0) {
+  log_message(level, message.c_str(), line);
 }
 
 // The message of whatever a call threw: c10 errors without their C++ backtrace.

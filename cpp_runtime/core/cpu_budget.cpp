@@ -1,0 +1,105 @@
+#include "cpu_budget.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+
+namespace aoti_runner {
+namespace {
+
+// A quota in CPUs from "quota period" numbers; nullopt for none ("max", -1, unreadable).
+std::optional<double> quota_cpus(const std::string& quota, const std::string& period) {
+  try {
+    const double q = std::stod(quota);
+    const double p = std::stod(period);
+    if (q > 0 && p > 0) {
+      return q / p;
+    }
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+// The tightest quota on the path from this process's cgroup up to the root.
+std::optional<double> cgroup_quota_cpus() {
+  std::optional<double> tightest;
+  const auto keep = [&](std::optional<double> cpus) {
+    if (cpus && (!tightest || *cpus < *tightest)) {
+      tightest = cpus;
+    }
+  };
+  std::ifstream membership("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(membership, line)) {
+    // "0::/path" (v2) or "N:cpu,cpuacct:/path" (v1).
+    const auto first = line.find(':');
+    const auto second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) {
+      continue;
+    }
+    const auto controllers = line.substr(first + 1, second - first - 1);
+    std::string path = line.substr(second + 1);
+    const bool v2 = controllers.empty();
+    std::stringstream list(controllers);
+    std::string controller;
+    bool v1_cpu = false;
+    while (std::getline(list, controller, ',')) {
+      v1_cpu = v1_cpu || controller == "cpu";
+    }
+    if (!v2 && !v1_cpu) {
+      continue;
+    }
+    for (;;) {
+      if (v2) {
+        std::ifstream file("/sys/fs/cgroup" + path + "/cpu.max");
+        std::string quota, period;
+        if (file >> quota >> period) {
+          keep(quota_cpus(quota, period));
+        }
+      } else {
+        std::ifstream quota_file("/sys/fs/cgroup/cpu" + path + "/cpu.cfs_quota_us");
+        std::ifstream period_file("/sys/fs/cgroup/cpu" + path + "/cpu.cfs_period_us");
+        std::string quota, period;
+        if (quota_file >> quota && period_file >> period) {
+          keep(quota_cpus(quota, period));
+        }
+      }
+      if (path.empty() || path == "/") {
+        break;
+      }
+      const auto slash = path.rfind('/');
+      path = slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
+    }
+  }
+  return tightest;
+}
+
+}  // namespace
+
+int usable_cpus() {
+  int cpus = 0;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
+    cpus = CPU_COUNT(&allowed);
+  }
+  if (cpus < 1) {
+    cpus = 1;
+  }
+  if (const auto quota = cgroup_quota_cpus()) {
+    cpus = std::min(cpus, std::max(1, static_cast<int>(std::ceil(*quota))));
+  }
+  return cpus;
+}
+
+int intra_op_threads_for(int cpus, int64_t serving_threads, int reserved) {
+  const int64_t left = std::max<int64_t>(1, static_cast<int64_t>(cpus) - std::max(0, reserved));
+  return static_cast<int>(std::max<int64_t>(1, left / std::max<int64_t>(1, serving_threads)));
+}
+
+}  // namespace aoti_runner
