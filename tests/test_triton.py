@@ -26,6 +26,9 @@ from identity_conv.verify.bits import bit_view
 from identity_conv.verify.special_values import special_values
 
 from conftest import Build, CompiledPackage, _export, edit_spec, run_cmd, skip_or_fail_without_triton
+from test_hostile_files import ESCAPE_NAME as HOSTILE_ESCAPE
+from test_hostile_files import PACKAGE_CASES as HOSTILE_PACKAGES
+from test_hostile_files import rewrite_zip
 
 from identity_conv.serve import triton_server
 from identity_conv.serve.triton_repository import config_text, write_repository
@@ -614,3 +617,24 @@ def test_a_fault_in_execute_still_answers_every_request(step: str, served: Serve
         unload_and_wait(server, name)
     inputs = model_inputs(DYNAMIC, "random", seed=61)
     assert same_bits(triton_server.infer(server.grpc_url, "grpc", DYNAMIC, inputs), inputs)
+
+
+@pytest.mark.parametrize("case", HOSTILE_PACKAGES, ids=[case.id for case in HOSTILE_PACKAGES])
+def test_a_crafted_package_fails_its_load_and_the_server_keeps_serving(case, served: Served) -> None:
+    """The crafted packages both runners refuse (test_hostile_files.py), as a model's
+    bundle: the load fails with the same reason, nothing escapes the extraction folder,
+    and the server goes on answering."""
+    escape = Path("/tmp") / HOSTILE_ESCAPE
+    escape.unlink(missing_ok=True)
+    name = f"hostile_{case.id.replace('-', '_')}"
+    shutil.copytree(served.bundle(DEMO), served.repository / name / "1")
+    rewrite_zip(served.bundle(DEMO) / "model.pt2", served.repository / name / "1" / "model.pt2", case.edit, case.extra)
+    config = (served.repository / DEMO / "config.pbtxt").read_text()
+    (served.repository / name / "config.pbtxt").write_text(config.replace(f'name: "{DEMO}"', f'name: "{name}"'))
+    with pytest.raises(triton_server.ServingError) as error:
+        served.server.load_model(name)
+    assert case.message in str(error.value), error.value
+    assert not escape.exists()
+    assert served.server.running()
+    inputs = model_inputs(DEMO, "random", seed=8)
+    assert same_bits(triton_server.infer(served.server.http_url, "http", DEMO, inputs), inputs)
