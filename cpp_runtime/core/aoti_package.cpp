@@ -68,22 +68,6 @@ Pool& pool() {
   return *instance;
 }
 
-std::string file_sha256(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    throw RunnerError("could not read the AOTI package " + path + " to hash it.");
-  }
-  Sha256 hasher;
-  std::vector<char> buffer(1 << 20);
-  while (file) {
-    file.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    hasher.update(buffer.data(), static_cast<size_t>(file.gcount()));
-  }
-  if (file.bad()) {
-    throw RunnerError("reading the AOTI package " + path + " failed while hashing it.");
-  }
-  return hasher.finish();
-}
 
 }  // namespace
 
@@ -119,7 +103,7 @@ bool LoaderLease::reused() const {
 }
 
 LoaderLease lease_package_loader(const std::string& path, size_t num_runners, int device_index) {
-  const PoolKey key{file_sha256(path), num_runners, device_index};
+  const PoolKey key{sha256_file(path, "the AOTI package"), num_runners, device_index};
   auto& shared = pool();
   {
     std::lock_guard<std::mutex> lock(shared.mutex);

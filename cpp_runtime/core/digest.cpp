@@ -4,6 +4,9 @@
 
 #include <openssl/evp.h>
 
+#include <fstream>
+#include <vector>
+
 namespace aoti_runner {
 
 struct Sha256::State {
@@ -52,6 +55,23 @@ std::string to_hex(const std::string& bytes) {
     hex.push_back(kDigits[byte & 0xf]);
   }
   return hex;
+}
+
+std::string sha256_file(const std::string& path, const std::string& what) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    throw RunnerError("could not read " + what + " " + path + ".");
+  }
+  Sha256 hasher;
+  std::vector<char> buffer(1 << 20);
+  while (file) {
+    file.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    hasher.update(buffer.data(), static_cast<size_t>(file.gcount()));
+  }
+  if (file.bad()) {
+    throw RunnerError("reading " + what + " " + path + " failed while hashing it.");
+  }
+  return hasher.finish();
 }
 
 }  // namespace aoti_runner

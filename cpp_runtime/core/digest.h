@@ -26,6 +26,9 @@ class Sha256 {
 
 // One-shot helpers.
 std::string sha256(const std::string& data);
+// The raw digest of a file's bytes, read in 1 MiB blocks. Throws RunnerError naming
+// `what` when it cannot be read.
+std::string sha256_file(const std::string& path, const std::string& what);
 std::string to_hex(const std::string& bytes);
 
 }  // namespace aoti_runner

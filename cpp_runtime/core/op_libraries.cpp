@@ -28,19 +28,6 @@ struct LoadedLibrary {
 std::mutex g_loaded_mutex;
 std::vector<LoadedLibrary> g_loaded;
 
-std::string file_digest(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  Sha256 hasher;
-  std::vector<char> buffer(1 << 20);
-  while (file) {
-    file.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    hasher.update(buffer.data(), static_cast<size_t>(file.gcount()));
-  }
-  if (file.bad()) {
-    throw RunnerError("could not read op library " + path + ".");
-  }
-  return to_hex(hasher.finish());
-}
 
 // Why loading `candidate` could register a namespace twice, or "": a library loaded
 // earlier with the same file name but other bytes (a rebuild registers the same
@@ -88,7 +75,7 @@ void load_op_libraries(const std::vector<std::string>& paths,
     check_shared_object_file(absolute, "op library " + path,
                              "Rebuild it (./scripts/setup.sh builds this project's libraries into build/), or "
                              "correct the path.");
-    LoadedLibrary candidate{absolute, std::filesystem::path(absolute).filename().string(), file_digest(absolute), {}};
+    LoadedLibrary candidate{absolute, std::filesystem::path(absolute).filename().string(), to_hex(sha256_file(absolute, "op library")), {}};
     if (const auto it = namespaces.find(candidate.name); it != namespaces.end()) {
       candidate.namespaces = it->second;
     }
