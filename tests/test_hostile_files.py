@@ -8,8 +8,11 @@ shared library: each once crashed a runner or read past a buffer."""
 
 from __future__ import annotations
 
+import io
 import json
 import pickle
+import struct
+import zlib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,7 +112,8 @@ TENSOR_CASES = [
                "only has 40 bytes", "does not match expected size"),
     # A zip's local header and nothing else: no central directory.
     TensorCase("no-central-directory", raw_bytes(b"PK\x03\x04" + b"\0" * 5000),
-               "it has no end-of-central-directory record", "it has no end-of-central-directory record"),
+               "it does not end with an end-of-central-directory record",
+               "it does not end with an end-of-central-directory record"),
     TensorCase("entry-leaves-folder", tensor_zip_entry("../../escape"), "has a '..' component",
                "has a '..' component"),
     TensorCase("entry-absolute", tensor_zip_entry("/etc/x"), "is an absolute path", "is an absolute path"),
@@ -202,6 +206,46 @@ class PackageCase:
     message: str
     extra: Callable[[zipfile.ZipFile, str], None] | None = None
     inputs: torch.Tensor = GOOD
+    # Applied to the written archive's bytes, with its entry prefix.
+    raw: Callable[[bytes, str], bytes] | None = None
+
+
+def truncated_library_in_constants(data: bytes, prefix: str) -> bytes:
+    """The model library moved to data/constants/, cut short: torch extracts that folder
+    into the model's folder by file name and loads the library it finds there."""
+    source, target = io.BytesIO(data), io.BytesIO()
+    with zipfile.ZipFile(source) as src, zipfile.ZipFile(target, "w") as dst:
+        for info in src.infolist():
+            payload = src.read(info.filename)
+            if info.filename.endswith(".so"):
+                name = info.filename.rsplit("/", 1)[1]
+                dst.writestr(f"{prefix}/data/constants/{name}", payload[: len(payload) // 2])
+            else:
+                dst.writestr(info, payload)
+    return target.getvalue()
+
+
+def hide_second_archive(data: bytes, prefix: str) -> bytes:
+    """The archive untouched, but for a comment that holds a second archive: its entries
+    plus one that leaves the extraction folder, its own central directory, and an end
+    record whose comment length is wrong. A reader that takes the end record whose
+    comment runs to the end of the file reads the first archive; torch's (miniz) takes
+    the last end-record signature, and so reads the second."""
+    at = data.rfind(b"PK\x05\x06")
+    _, _, _, count, _, directory_size, directory_offset, _ = struct.unpack("<IHHHHIIH", data[at:at + 22])
+    name = f"{prefix}/data/aotinductor/model/{'../' * 12}tmp/{ESCAPE_NAME}".encode()
+    payload = b"escaped"
+    crc = zlib.crc32(payload)
+    local = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 0, 0, 0x21, crc, len(payload), len(payload), len(name),
+                        0) + name + payload
+    central = data[directory_offset:directory_offset + directory_size] + struct.pack(
+        "<IHHHHHHIIIHHHHHII", 0x02014B50, 0x031E, 20, 0, 0, 0, 0x21, crc, len(payload), len(payload), len(name), 0, 0,
+        0, 0, 0o600 << 16, len(data)) + name
+    second_end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count + 1, count + 1, len(central),
+                             len(data) + len(local), 7)
+    comment = local + central + second_end
+    return data[:at] + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, count, count, directory_size, directory_offset,
+                                   len(comment)) + comment
 
 
 def symlink_entry(dst: zipfile.ZipFile, prefix: str) -> None:
@@ -227,12 +271,18 @@ PACKAGE_CASES = [
                 extra=lambda dst, prefix: dst.writestr(
                     f"{prefix}/data/aotinductor/model/" + "../" * 12 + f"tmp/{ESCAPE_NAME}", b"escaped")),
     PackageCase("symlink-entry", lambda n, d: d, "is a symbolic link", extra=symlink_entry),
+    PackageCase("comment-hides-a-second-archive", lambda n, d: d, "its end record declares a comment",
+                raw=hide_second_archive),
     PackageCase("spec-dynamic-where-compiled-static", spec_edit(dynamic_where_static),
                 "the spec says input[0] dim 2 is 1..512, but the model was compiled for exactly 8",
                 inputs=torch.randn(2, 3, 4, 12)),
     PackageCase("spec-dtype-lies", spec_edit(lambda doc: doc["inputs"][0].update(dtype="float64")),
                 "the spec says input[0] is float64, but the model was compiled for float32", inputs=GOOD.double()),
     PackageCase("model-library-truncated", truncated_library, "is not a complete shared library for this machine"),
+    PackageCase("library-in-constants-truncated", lambda n, d: d, "/data/constants/", raw=truncated_library_in_constants),
+    # The spec check fails closed: no source to read the compiled checks from is a refusal.
+    PackageCase("wrapper-source-missing", lambda n, d: None if n.endswith("wrapper.cpp") else d,
+                "it carries no generated wrapper source"),
 ]
 
 
@@ -242,6 +292,10 @@ def test_crafted_package_is_refused_by_both_runners(case: PackageCase, build: Bu
     escape = Path("/tmp") / ESCAPE_NAME
     escape.unlink(missing_ok=True)
     package = rewrite_zip(compiled_package.path, tmp_path / "crafted.pt2", case.edit, case.extra)
+    if case.raw is not None:
+        with zipfile.ZipFile(package) as archive:
+            prefix = archive.namelist()[0].split("/")[0]
+        package.write_bytes(case.raw(package.read_bytes(), prefix))
     inputs = tmp_path / "inputs.pt"
     torch.save([case.inputs], inputs)
     results = run_both(build, package, op_library, tmp_path, "--inputs", inputs)

@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -628,7 +629,12 @@ def test_a_crafted_package_fails_its_load_and_the_server_keeps_serving(case, ser
     escape.unlink(missing_ok=True)
     name = f"hostile_{case.id.replace('-', '_')}"
     shutil.copytree(served.bundle(DEMO), served.repository / name / "1")
-    rewrite_zip(served.bundle(DEMO) / "model.pt2", served.repository / name / "1" / "model.pt2", case.edit, case.extra)
+    package = rewrite_zip(served.bundle(DEMO) / "model.pt2", served.repository / name / "1" / "model.pt2", case.edit,
+                          case.extra)
+    if case.raw is not None:
+        with zipfile.ZipFile(package) as archive:
+            prefix = archive.namelist()[0].split("/")[0]
+        package.write_bytes(case.raw(package.read_bytes(), prefix))
     config = (served.repository / DEMO / "config.pbtxt").read_text()
     (served.repository / name / "config.pbtxt").write_text(config.replace(f'name: "{DEMO}"', f'name: "{name}"'))
     with pytest.raises(triton_server.ServingError) as error:

@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 namespace aoti_runner {
 
@@ -51,6 +52,7 @@ struct LoaderLease::Slot {
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
   bool lent = false;
   bool reused = false;
+  uint64_t freed = 0;  // when it was last given back (the pool's clock)
 };
 
 namespace {
@@ -58,9 +60,44 @@ namespace {
 using PoolKey = std::tuple<std::string, size_t, int>;  // SHA-256 of the package, runners, device
 
 struct Pool {
-  std::mutex mutex;  // guards `slots`; never held while a loader is built
+  std::mutex mutex;  // guards `slots` and `clock`; never held while a loader is built
   std::map<PoolKey, std::vector<std::shared_ptr<LoaderLease::Slot>>> slots;
+  uint64_t clock = 0;
 };
+
+// Free loaders kept for a reload of the same package. Beyond these, the loader freed
+// longest ago is destroyed: its weights and extracted folder go, and only its model
+// library stays mapped (glibc cannot unmap it). So rolling through package versions
+// costs one library mapping each, not one loaded model each.
+constexpr size_t kKeptFreeLoaders = 2;
+
+// Takes the free loaders beyond kKeptFreeLoaders out of the pool (the caller holds its
+// lock and destroys them after releasing it).
+std::vector<std::shared_ptr<LoaderLease::Slot>> evict_free_loaders(Pool& shared) {
+  std::vector<std::shared_ptr<LoaderLease::Slot>> evicted;
+  while (true) {
+    size_t free_count = 0;
+    std::vector<std::shared_ptr<LoaderLease::Slot>>* oldest_list = nullptr;
+    size_t oldest_index = 0;
+    for (auto& [key, slots] : shared.slots) {
+      for (size_t i = 0; i < slots.size(); ++i) {
+        if (slots[i]->lent) {
+          continue;
+        }
+        ++free_count;
+        if (oldest_list == nullptr || slots[i]->freed < (*oldest_list)[oldest_index]->freed) {
+          oldest_list = &slots;
+          oldest_index = i;
+        }
+      }
+    }
+    if (free_count <= kKeptFreeLoaders) {
+      return evicted;
+    }
+    evicted.push_back(std::move((*oldest_list)[oldest_index]));
+    oldest_list->erase(oldest_list->begin() + static_cast<std::ptrdiff_t>(oldest_index));
+  }
+}
 
 Pool& pool() {
   // Never destroyed: a loader's destructor at exit would run after torch's own statics.
@@ -84,11 +121,19 @@ LoaderLease::~LoaderLease() {
 }
 
 void LoaderLease::give_back() noexcept {
-  if (slot_) {
-    std::lock_guard<std::mutex> lock(pool().mutex);
-    slot_->lent = false;
-    slot_.reset();
+  if (!slot_) {
+    return;
   }
+  std::vector<std::shared_ptr<Slot>> evicted;
+  {
+    auto& shared = pool();
+    std::lock_guard<std::mutex> lock(shared.mutex);
+    slot_->lent = false;
+    slot_->freed = ++shared.clock;
+    slot_.reset();
+    evicted = evict_free_loaders(shared);
+  }
+  // Destroyed here, outside the pool's lock.
 }
 
 torch::inductor::AOTIModelPackageLoader& LoaderLease::loader() const {

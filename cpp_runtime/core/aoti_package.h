@@ -35,10 +35,10 @@ std::vector<at::Tensor> run_package(const std::string& path, const std::vector<a
 // A loader lent from the process-wide pool, for a server that loads and unloads models.
 // glibc never unloads a package's model library (it has STB_GNU_UNIQUE symbols), so a
 // loader built afresh on every reload would map one more copy each time. The pool keeps
-// every loader it built, keyed by the package's SHA-256, runner count and device, and
-// lends a free one when the same package is loaded again: reloads then map nothing new.
-// The lease gives the loader back when destroyed; the loader itself stays (and its
-// extracted files with it) until the process exits.
+// loaders keyed by the package's SHA-256, runner count and device, and lends a free one
+// when the same package is loaded again: reloads then map nothing new. The lease gives
+// the loader back when destroyed; the pool keeps the two loaders freed last (with their
+// extracted files) and destroys older free ones, whose model libraries alone stay mapped.
 class LoaderLease {
  public:
   struct Slot;

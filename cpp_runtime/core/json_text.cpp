@@ -3,6 +3,10 @@
 namespace aoti_runner {
 
 nlohmann::json parse_json_limited(const std::string& text) {
+  // nlohmann skips a byte-order mark; Python's reader refuses it, so both refuse.
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) {
+    throw JsonTextError("it starts with a byte-order mark");
+  }
   bool too_deep = false;
   try {
     return nlohmann::json::parse(text, [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {

@@ -150,7 +150,9 @@ std::map<std::string, std::string> read_checked_metadata(const std::string& path
         metadata_entry = &entry;
       }
     }
-    if (in_model && ends_with(entry.name, ".so")) {
+    // Any library, wherever it sits: torch also extracts data/constants/* into the
+    // model's folder (by file name) and loads the .so it finds there.
+    if (ends_with(entry.name, ".so")) {
       check_shared_object(
           entry.size,
           [&](uint64_t offset, void* out, size_t n) {
@@ -229,22 +231,34 @@ void check_spec_against_compiled(const PackageSpec& spec, const std::string& pat
       break;
     }
   }
-  if (source == nullptr || source->size > kMaxWrapperSource) {
-    return;  // no source to read the compiled checks from (not a torch 2.13+ package)
-  }
-  const auto compiled = compiled_inputs(read_zip_entry(path, *source));
   const auto mismatch = [&](const std::string& what) {
     throw RunnerError("the package's spec does not match its compiled model: " + what +
                           ". The package is damaged or was tampered with; re-create it with export_compile.",
                       "spec_mismatch");
   };
+  // Fails closed: a package without the source, or with checks this cannot read,
+  // is refused rather than trusted.
+  if (source == nullptr) {
+    mismatch("it carries no generated wrapper source (" + directory + "/*wrapper.cpp) to check the spec against");
+  }
+  if (source->size > kMaxWrapperSource) {
+    mismatch(source->name + " is " + std::to_string(source->size) + " bytes, larger than any generated wrapper");
+  }
+  const auto compiled = compiled_inputs(read_zip_entry(path, *source));
+  if (compiled.size() != spec.inputs.size()) {
+    mismatch("the spec lists " + std::to_string(spec.inputs.size()) + " input(s), but the wrapper source checks " +
+             std::to_string(compiled.size()));
+  }
   for (const auto& [index, input] : compiled) {
     const std::string name = "input[" + std::to_string(index) + "]";
     if (index >= spec.inputs.size()) {
       mismatch("the compiled model takes " + name + ", which the spec does not list");
     }
     const auto& declared = spec.inputs[index];
-    if (!input.dtype.empty() && input.dtype != declared.dtype) {
+    if (input.dtype.empty()) {
+      mismatch("the wrapper source checks no dtype for " + name);
+    }
+    if (input.dtype != declared.dtype) {
       mismatch("the spec says " + name + " is " + declared.dtype + ", but the model was compiled for " + input.dtype);
     }
     for (const auto& [dim, size] : input.static_dims) {

@@ -64,8 +64,12 @@ void check_tensors_within_records(const std::vector<at::Tensor>& tensors,
     const auto& t = tensors[i];
     const std::string where = "tensor file " + path + ": tensor " + std::to_string(i);
     const std::string fix = " Write the file again with torch.save([tensor, ...], path).";
-    if (t.layout() != at::kStrided || t.is_quantized() || !t.device().is_cpu()) {
-      throw RunnerError(where + " is not a dense CPU tensor (layout " + c10::toString(t.layout()) + ")." + fix);
+    if (t.layout() != at::kStrided || t.is_quantized()) {
+      throw RunnerError(where + " is not a dense tensor (layout " + c10::str(t.layout()) + ", " +
+                        c10::str(t.scalar_type()) + ")." + fix);
+    }
+    if (!t.device().is_cpu()) {
+      throw RunnerError(where + " is stored on " + t.device().str() + "; a tensor file holds CPU tensors." + fix);
     }
     const auto storage_bytes = static_cast<uint64_t>(t.storage().nbytes());
     if (storage_bytes > 0) {

@@ -22,7 +22,6 @@ constexpr size_t kCentralHeaderSize = 46;
 constexpr size_t kLocalHeaderSize = 30;
 constexpr size_t kZip64EndRecordSize = 56;
 constexpr size_t kZip64LocatorSize = 20;
-constexpr size_t kMaxComment = 0xFFFF;
 constexpr uint8_t kUnixHost = 3;
 
 uint16_t u16(const unsigned char* p) {
@@ -61,7 +60,7 @@ class Checker {
   }
 
   std::vector<ZipEntry> run() {
-    const auto end = find_end_record();
+    find_end_record();
     std::vector<ZipEntry> entries;
     std::set<std::string> names;
     uint64_t position = directory_offset_;
@@ -144,7 +143,6 @@ class Checker {
              "' overlap");
       }
     }
-    (void)end;
     return entries;
   }
 
@@ -158,42 +156,44 @@ class Checker {
     return name.size() > 200 ? out + "..." : out;
   }
 
-  // The end record, searched backwards over the largest comment a zip may have; the
-  // comment must run exactly to the end of the file.
+  // The end record must be the file's last 22 bytes (no archive comment; torch writes
+  // none). A comment would let two readers pick different end records: miniz takes the
+  // last end-record signature with room after it, whatever its comment length says,
+  // so a comment can hide a second archive that torch reads and this check does not.
   uint64_t find_end_record() {
     if (size_ < kEndRecordSize) {
       fail("it is " + std::to_string(size_) + " bytes long, shorter than a zip's end record");
     }
-    const uint64_t window = std::min<uint64_t>(size_, kEndRecordSize + kMaxComment);
-    const auto tail = bytes(size_ - window, window, "end record");
-    for (uint64_t back = kEndRecordSize; back <= window; ++back) {
-      const unsigned char* p = tail.data() + (window - back);
-      if (u32(p) != kEndRecord || u16(p + 20) != back - kEndRecordSize) {
-        continue;
-      }
-      const uint64_t end = size_ - back;
-      if (u16(p + 4) != 0 || u16(p + 6) != 0 || u16(p + 8) != u16(p + 10)) {
-        fail("it spans several disks");
-      }
-      entry_count_ = u16(p + 10);
-      directory_size_ = u32(p + 12);
-      directory_offset_ = u32(p + 16);
-      uint64_t directory_limit = end;
-      if (entry_count_ == 0xFFFF || directory_size_ == 0xFFFFFFFF || directory_offset_ == 0xFFFFFFFF) {
-        directory_limit = read_zip64_end(end);
-      }
-      if (!fits(directory_offset_, directory_size_, directory_limit)) {
-        fail("its central directory (" + std::to_string(directory_size_) + " bytes at offset " +
-             std::to_string(directory_offset_) + ") lies outside the file");
-      }
-      // Each entry takes at least a fixed header: bounds what the count may claim.
-      if (entry_count_ > directory_size_ / kCentralHeaderSize) {
-        fail("it declares " + std::to_string(entry_count_) + " entries in a central directory of " +
-             std::to_string(directory_size_) + " bytes");
-      }
-      return end;
+    const uint64_t end = size_ - kEndRecordSize;
+    const auto record = bytes(end, kEndRecordSize, "end record");
+    const unsigned char* p = record.data();
+    if (u32(p) != kEndRecord) {
+      fail("it does not end with an end-of-central-directory record (a truncated file, a zip with a comment, "
+           "or not a zip archive)");
     }
-    fail("it has no end-of-central-directory record (a truncated file, or not a zip archive)");
+    if (u16(p + 20) != 0) {
+      fail("its end record declares a comment, but it ends the file");
+    }
+    if (u16(p + 4) != 0 || u16(p + 6) != 0 || u16(p + 8) != u16(p + 10)) {
+      fail("it spans several disks");
+    }
+    entry_count_ = u16(p + 10);
+    directory_size_ = u32(p + 12);
+    directory_offset_ = u32(p + 16);
+    uint64_t directory_limit = end;
+    if (entry_count_ == 0xFFFF || directory_size_ == 0xFFFFFFFF || directory_offset_ == 0xFFFFFFFF) {
+      directory_limit = read_zip64_end(end);
+    }
+    if (!fits(directory_offset_, directory_size_, directory_limit)) {
+      fail("its central directory (" + std::to_string(directory_size_) + " bytes at offset " +
+           std::to_string(directory_offset_) + ") lies outside the file");
+    }
+    // Each entry takes at least a fixed header: bounds what the count may claim.
+    if (entry_count_ > directory_size_ / kCentralHeaderSize) {
+      fail("it declares " + std::to_string(entry_count_) + " entries in a central directory of " +
+           std::to_string(directory_size_) + " bytes");
+    }
+    return end;
   }
 
   uint64_t read_zip64_end(uint64_t end) {

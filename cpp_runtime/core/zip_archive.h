@@ -23,7 +23,8 @@ struct ZipEntry {
 using ReadAt = std::function<void(uint64_t offset, void* out, size_t n)>;
 
 // Every entry of a zip archive of `size` bytes, once all of these hold:
-// - one end-of-central-directory record (zip64 too), its directory inside the file;
+// - an end-of-central-directory record as the file's last 22 bytes (no comment, so
+//   no reader can find another one), zip64 too, its directory inside the file;
 // - every entry stored (method 0, as torch writes them), not encrypted, named by the
 //   rule of zip_entry_name_problem, a regular file or a folder (no symlink or device),
 //   and named once;

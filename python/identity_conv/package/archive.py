@@ -104,7 +104,9 @@ def read_package_metadata(path: str | Path) -> dict[str, str]:
                 raise _damaged(path, f"{entry.name} is not valid JSON ({error})") from None
             if in_model and metadata_entry is None and entry.name.endswith("wrapper_metadata.json"):
                 metadata_entry = entry
-        if in_model and entry.name.endswith(".so"):
+        # Any library, wherever it sits: torch also extracts data/constants/* into the
+        # model's folder (by file name) and loads the .so it finds there.
+        if entry.name.endswith(".so"):
             check_shared_object(entry.size, lambda offset, n, entry=entry: read_entry(path, entry, offset, n),
                                 f"the model library {entry.name} in {path}", "Re-create the package with export_compile.")
     if metadata_entry is None:
@@ -168,8 +170,6 @@ def check_spec_against_compiled(spec: PackageSpec, path: str | Path) -> None:
     entries = index_zip(path, f"the AOTI package {path}")
     directory = _model_directory(entries)
     source = next((e for e in entries if e.name.startswith(directory) and e.name.endswith("wrapper.cpp")), None)
-    if source is None or source.size > _MAX_WRAPPER_SOURCE:
-        return  # no source to read the compiled checks from (not a torch 2.13+ package)
 
     def mismatch(what: str) -> PackageError:
         return PackageError(
@@ -178,13 +178,23 @@ def check_spec_against_compiled(spec: PackageSpec, path: str | Path) -> None:
             kind="spec_mismatch",
         )
 
-    text = read_entry(path, source).decode("utf-8", errors="replace")
-    for index, (dtype, static_dims) in sorted(compiled_inputs(text).items()):
+    # Fails closed: a package without the source, or with checks this cannot read, is
+    # refused rather than trusted.
+    if source is None:
+        raise mismatch(f"it carries no generated wrapper source ({directory}/*wrapper.cpp) to check the spec against")
+    if source.size > _MAX_WRAPPER_SOURCE:
+        raise mismatch(f"{source.name} is {source.size} bytes, larger than any generated wrapper")
+    compiled = compiled_inputs(read_entry(path, source).decode("utf-8", errors="replace"))
+    if len(compiled) != len(spec.inputs):
+        raise mismatch(f"the spec lists {len(spec.inputs)} input(s), but the wrapper source checks {len(compiled)}")
+    for index, (dtype, static_dims) in sorted(compiled.items()):
         name = f"input[{index}]"
         if index >= len(spec.inputs):
             raise mismatch(f"the compiled model takes {name}, which the spec does not list")
         declared = spec.inputs[index]
-        if dtype and dtype != declared.dtype:
+        if not dtype:
+            raise mismatch(f"the wrapper source checks no dtype for {name}")
+        if dtype != declared.dtype:
             raise mismatch(f"the spec says {name} is {declared.dtype}, but the model was compiled for {dtype}")
         for dim, size in sorted(static_dims.items()):
             if dim >= len(declared.dims):

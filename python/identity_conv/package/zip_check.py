@@ -23,7 +23,6 @@ _CENTRAL_HEADER_SIZE = 46
 _LOCAL_HEADER_SIZE = 30
 _ZIP64_END_RECORD_SIZE = 56
 _ZIP64_LOCATOR_SIZE = 20
-_MAX_COMMENT = 0xFFFF
 _UNIX_HOST = 3
 
 
@@ -79,35 +78,33 @@ class _Checker:
         return data
 
     def end_record(self) -> None:
+        # The end record must be the file's last 22 bytes (no archive comment; torch
+        # writes none). A comment would let two readers pick different end records:
+        # miniz takes the last end-record signature with room after it, whatever its
+        # comment length says, so a comment can hide a second archive.
         if self.size < _END_RECORD_SIZE:
             raise self.fail(f"it is {self.size} bytes long, shorter than a zip's end record")
-        window = min(self.size, _END_RECORD_SIZE + _MAX_COMMENT)
-        tail = self.read(self.size - window, window, "end record")
-        for back in range(_END_RECORD_SIZE, window + 1):
-            at = window - back
-            signature, disk, start_disk, on_disk, total, directory_size, directory_offset, comment = struct.unpack_from(
-                "<IHHHHIIH", tail, at
+        end = self.size - _END_RECORD_SIZE
+        signature, disk, start_disk, on_disk, total, directory_size, directory_offset, comment = struct.unpack(
+            "<IHHHHIIH", self.read(end, _END_RECORD_SIZE, "end record"))
+        if signature != _END_RECORD:
+            raise self.fail("it does not end with an end-of-central-directory record (a truncated file, a zip with a "
+                            "comment, or not a zip archive)")
+        if comment != 0:
+            raise self.fail("its end record declares a comment, but it ends the file")
+        if disk != 0 or start_disk != 0 or on_disk != total:
+            raise self.fail("it spans several disks")
+        self.count, self.directory_size, self.directory_offset = total, directory_size, directory_offset
+        limit = end
+        if total == 0xFFFF or directory_size == 0xFFFFFFFF or directory_offset == 0xFFFFFFFF:
+            limit = self.zip64_end(end)
+        if self.directory_offset + self.directory_size > limit:
+            raise self.fail(
+                f"its central directory ({self.directory_size} bytes at offset {self.directory_offset}) lies "
+                "outside the file"
             )
-            if signature != _END_RECORD or comment != back - _END_RECORD_SIZE:
-                continue
-            end = self.size - back
-            if disk != 0 or start_disk != 0 or on_disk != total:
-                raise self.fail("it spans several disks")
-            self.count, self.directory_size, self.directory_offset = total, directory_size, directory_offset
-            limit = end
-            if total == 0xFFFF or directory_size == 0xFFFFFFFF or directory_offset == 0xFFFFFFFF:
-                limit = self.zip64_end(end)
-            if self.directory_offset + self.directory_size > limit:
-                raise self.fail(
-                    f"its central directory ({self.directory_size} bytes at offset {self.directory_offset}) lies "
-                    "outside the file"
-                )
-            if self.count > self.directory_size // _CENTRAL_HEADER_SIZE:
-                raise self.fail(
-                    f"it declares {self.count} entries in a central directory of {self.directory_size} bytes"
-                )
-            return
-        raise self.fail("it has no end-of-central-directory record (a truncated file, or not a zip archive)")
+        if self.count > self.directory_size // _CENTRAL_HEADER_SIZE:
+            raise self.fail(f"it declares {self.count} entries in a central directory of {self.directory_size} bytes")
 
     def zip64_end(self, end: int) -> int:
         if end < _ZIP64_LOCATOR_SIZE:
