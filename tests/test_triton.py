@@ -26,7 +26,7 @@ from identity_conv.runtime.tensor_files import save_tensors
 from identity_conv.verify.bits import bit_view
 from identity_conv.verify.special_values import special_values
 
-from conftest import Build, CompiledPackage, _export, edit_spec, run_cmd, skip_or_fail_without_triton
+from conftest import Build, CompiledPackage, _export, edit_spec, rewrite_metadata, run_cmd, skip_or_fail_without_triton
 from test_hostile_files import ESCAPE_NAME as HOSTILE_ESCAPE
 from test_hostile_files import PACKAGE_CASES as HOSTILE_PACKAGES
 from test_hostile_files import rewrite_zip
@@ -644,3 +644,35 @@ def test_a_crafted_package_fails_its_load_and_the_server_keeps_serving(case, ser
     assert served.server.running()
     inputs = model_inputs(DEMO, "random", seed=8)
     assert same_bits(triton_server.infer(served.server.http_url, "http", DEMO, inputs), inputs)
+
+
+def test_rolling_through_package_versions_keeps_two_free_loaders(served: Served) -> None:
+    """One model name served from six packages in turn (other bytes each): the pool
+    keeps the two loaders freed last and destroys older free ones, so versions do not
+    pile up their weights (before: every version's loader stayed until shutdown)."""
+    name = "rolled"
+    copy_model(served, DEMO, name)
+    package = served.repository / name / "1" / "model.pt2"
+    original = package.read_bytes()
+    log = served.server.log_file
+    assert log is not None
+    counts: list[tuple[int, int]] = []
+    for version in range(6):
+        package.write_bytes(original)
+        rewrite_metadata(package, package, {"rollout": str(version)})
+        offset = log.stat().st_size
+        served.server.load_model(name)
+        inputs = model_inputs(DEMO, "random", seed=60 + version)
+        assert same_bits(triton_server.infer(served.server.grpc_url, "grpc", name, inputs), inputs)
+        unload_and_wait(served.server, name)
+        with log.open("rb") as text:
+            text.seek(offset)
+            lines = [line for line in text.read().decode(errors="replace").splitlines()
+                     if f"model {name} version 1: built a loader" in line]
+        assert len(lines) == 1, lines
+        found = re.search(r"the process holds (\d+) loader\(s\), (\d+) in use", lines[0])
+        assert found, lines[0]
+        counts.append((int(found.group(1)), int(found.group(2))))
+    print(f"(loaders, in use) at each load: {counts}")
+    assert all(held - lent <= 2 for held, lent in counts), counts
+    assert served.server.running()
