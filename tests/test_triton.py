@@ -536,8 +536,9 @@ def process_snapshot(pid: int) -> dict[str, object]:
 
 def test_reloading_a_model_100_times_stays_flat(served: Served) -> None:
     """Load, serve, unload a 2-instance model 100 times: after a warm-up of 10 cycles the
-    server's RSS, its mappings and its fds stay within 1.1x, and it holds no deleted
-    file (before: one more copy of the model library mapped per instance per reload)."""
+    server's RSS, its mappings and its fds stay within 1.1x, and the cycles leave no
+    deleted file held open (before: one more copy of the model library mapped per
+    instance per reload)."""
     name = copy_model(served, DEMO, "reloaded", instances=2)
     server = served.server
     inputs = [model_inputs(DEMO, "random", seed=40 + i) for i in range(4)]
@@ -557,7 +558,10 @@ def test_reloading_a_model_100_times_stays_flat(served: Served) -> None:
     print(f"after 10 cycles: {warm}\nafter 100 cycles: {end}")
     for key in ("rss", "maps", "fds"):
         assert end[key] <= 1.1 * warm[key], f"{key} grew from {warm[key]} to {end[key]}"
-    assert not end["deleted"], end["deleted"]
+    # No deleted file held open by these reloads. Loaders of other packages that the
+    # pool destroyed earlier in the session keep their libraries mapped (glibc cannot
+    # unmap them): those were there before the cycles, and stay as they were.
+    assert set(end["deleted"]) <= set(warm["deleted"]), sorted(set(end["deleted"]) - set(warm["deleted"]))
     assert server.running()
 
 
