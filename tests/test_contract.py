@@ -146,9 +146,19 @@ def _python_verdict(suite: str, vector: dict) -> object:
         if suite == "signatures":
             return _signature_verdict(vector)
         if suite == "triton_types":
+            from identity_conv.package.dtypes import TRITON_TYPES
             from identity_conv.serve.triton_repository import DATATYPES
+            from identity_conv.serve.triton_server import _datatype
 
-            return DATATYPES.get(vector["name"])
+            # The writer's and the client's types are the table's, not tables of their own.
+            assert DATATYPES is TRITON_TYPES
+            name = vector["name"]
+            try:
+                sent = _datatype(torch.empty(0, dtype=getattr(torch, name)))
+            except IdentityConvError:
+                sent = None
+            assert sent == TRITON_TYPES.get(name)
+            return TRITON_TYPES.get(name)
         if suite == "batching":
             from identity_conv.serve.triton_repository import MAX_BATCH_SIZE_LIMIT, batch_dim
 
