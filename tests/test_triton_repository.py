@@ -28,8 +28,8 @@ from identity_conv.serve.triton_repository import (
 runner = CliRunner()
 
 
-def tensor(dtype: str, *dims: int | tuple[int, int]) -> TensorSpec:
-    """A TensorSpec: an int is a static size, a (min, max) pair a dynamic one."""
+def tensor(dtype: str, *dims: int | tuple[int, int | None]) -> TensorSpec:
+    """A TensorSpec: an int is a static size, a (min, max) pair a dynamic one (max None: unbounded)."""
     return TensorSpec(tuple(DimSpec(d, d) if isinstance(d, int) else DimSpec(*d) for d in dims), dtype)
 
 
@@ -251,6 +251,16 @@ def test_a_batch_of_at_least_two_warns_and_caps_at_int32():
     assert config.max_batch_size == 2**31 - 1
     (warning,) = config.warnings
     assert "fewer than 2 fails" in warning and "--dynamic-dim 0.0=1:" in warning
+
+
+def test_an_unbounded_batch_caps_at_int32_and_its_warning_gives_an_unbounded_range():
+    spec = PackageSpec(inputs=[tensor("float32", (1, None), 3)], outputs=[tensor("float32", (1, None), 3)])
+    config = triton_config(spec, "m")
+    assert config.max_batch_size == 2**31 - 1 and not config.warnings
+    assert "batched on dim 0 (1..unbounded)" in config.batching
+    spec = PackageSpec(inputs=[tensor("float32", (2, None), 3)], outputs=[tensor("float32", (2, None), 3)])
+    (warning,) = triton_config(spec, "m").warnings
+    assert warning.endswith("(export_compile --dynamic-dim 0.0=1:)"), warning
 
 
 def test_a_scalar_is_refused_unbatched():

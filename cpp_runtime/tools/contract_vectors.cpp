@@ -208,7 +208,8 @@ json run_vector(const std::string& suite, const json& vector) {
         return "not_batched";
       }
       aoti_triton::ModelConfig config;
-      config.max_batch_size = std::min<int64_t>(spec.inputs[0].dims[0].max, 2147483647);
+      // An unbounded batch dim is capped at Triton's int32 limit, as the writer does.
+      config.max_batch_size = std::min<int64_t>(spec.inputs[0].dims[0].max.value_or(2147483647), 2147483647);
       config.instance_groups = {aoti_triton::InstanceGroup{"KIND_CPU", 1, {}}};
       config.instance_count = 1;
       const auto entries = [](const std::vector<aoti_runner::TensorSpec>& tensors, const char* prefix) {

@@ -153,7 +153,7 @@ void check_tensor(const ConfigTensor& entry, const aoti_runner::TensorSpec& spec
   }
   for (size_t d = 0; d < full.size(); ++d) {
     const auto& dim = spec.dims[d];
-    if (full[d] != -1 && (full[d] < dim.min || full[d] > dim.max)) {
+    if (full[d] != -1 && !dim.contains(full[d])) {
       throw RunnerError("config.pbtxt: " + std::string(what) + " " + entry.name + " dim " + std::to_string(d) +
                         " is " + std::to_string(full[d]) + ", outside the package's " +
                         aoti_runner::format_shape(spec) + ".");
@@ -325,7 +325,7 @@ void check_config_against_spec(const ModelConfig& config, const aoti_runner::Pac
     const auto& batch = spec.inputs[0].dims.empty() ? aoti_runner::DimSpec{} : spec.inputs[0].dims[0];
     for (size_t i = 0; i < spec.inputs.size(); ++i) {
       const auto& dims = spec.inputs[i].dims;
-      if (dims.empty() || dims[0].is_static() || config.max_batch_size > dims[0].max ||
+      if (dims.empty() || dims[0].is_static() || (dims[0].max && config.max_batch_size > *dims[0].max) ||
           dims[0].min != batch.min || dims[0].max != batch.max) {
         refuse("input[" + std::to_string(i) + "] is " + aoti_runner::format_shape(spec.inputs[i]) +
                " (every input's dim 0 must be one dynamic range, up to at least max_batch_size)");

@@ -250,13 +250,14 @@ def triton_config(
     max_batch_size = 0
     if dim is not None:
         skip = 1
-        max_batch_size = min(dim.max, MAX_BATCH_SIZE_LIMIT)
+        # An unbounded batch dim, or one past Triton's int32, is capped at its limit.
+        max_batch_size = MAX_BATCH_SIZE_LIMIT if dim.max is None else min(dim.max, MAX_BATCH_SIZE_LIMIT)
         if dim.min > 1:
             positions = ",".join(f"{i}.0" for i in range(len(spec.inputs)))
             warnings.append(
                 f"the batch dim takes {dim} items, so a request (or a batch Triton forms) of fewer than {dim.min} "
                 f"fails; to serve single items, export with a batch range from 1 (export_compile --dynamic-dim "
-                f"{positions}=1:{dim.max})"
+                f"{positions}=1:{'' if dim.max is None else dim.max})"
             )
     parameters = []
     if intra_op_threads is not None:
