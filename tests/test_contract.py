@@ -146,14 +146,26 @@ def _python_verdict(suite: str, vector: dict) -> object:
         if suite == "signatures":
             return _signature_verdict(vector)
         if suite == "triton_types":
+            from identity_conv.package.dtypes import TRITON_TYPES
             from identity_conv.serve.triton_repository import DATATYPES
+            from identity_conv.serve.triton_server import _datatype
 
-            return DATATYPES.get(vector["name"])
+            # The writer's and the client's types are the table's, not tables of their own.
+            assert DATATYPES is TRITON_TYPES
+            name = vector["name"]
+            try:
+                sent = _datatype(torch.empty(0, dtype=getattr(torch, name)))
+            except IdentityConvError:
+                sent = None
+            assert sent == TRITON_TYPES.get(name)
+            return TRITON_TYPES.get(name)
         if suite == "batching":
             from identity_conv.serve.triton_repository import MAX_BATCH_SIZE_LIMIT, batch_dim
 
             dim, _ = batch_dim(parse_document(vector["spec"]))
-            return "not_batched" if dim is None else {"max_batch_size": min(dim.max, MAX_BATCH_SIZE_LIMIT)}
+            if dim is None:
+                return "not_batched"
+            return {"max_batch_size": MAX_BATCH_SIZE_LIMIT if dim.max is None else min(dim.max, MAX_BATCH_SIZE_LIMIT)}
         if suite == "archive_names":
             from identity_conv.package.zip_check import entry_name_problem
 
@@ -267,6 +279,45 @@ def test_python_written_document_parses_the_same_in_cpp(build, tmp_path):
     document = spec.to_document()
     document.pop("verified")
     assert json.loads(result.stdout)["written"] == {"ok": document}
+
+
+def test_an_unbounded_dim_is_written_as_null_in_schema_3_and_reads_alike_in_cpp(build, tmp_path):
+    """An unbounded dim is "max": null, which needs schema 3; a spec with none keeps
+    schema 2, so older readers still read it. The C++ side reads the same document."""
+    from identity_conv.package.spec import DimSpec, TensorSpec
+
+    bounded = PackageSpec(inputs=[TensorSpec((DimSpec(1, 8), DimSpec(3, 3)), "float32")])
+    assert bounded.to_document()["schema_version"] == 2
+    spec = PackageSpec(
+        inputs=[TensorSpec((DimSpec(1, None), DimSpec(3, 3)), "float32")],
+        outputs=[TensorSpec((DimSpec(2, None), DimSpec(3, 3)), "float32")],
+        example_shapes=[(4, 3)],
+    )
+    written = json.loads(spec.to_metadata()["identity_conv.spec"])
+    assert written["schema_version"] == 3
+    assert written["inputs"][0]["dims"] == [{"min": 1, "max": None}, {"min": 3, "max": 3}]
+    assert written["outputs"][0]["dims"][0] == {"min": 2, "max": None}
+    vectors = tmp_path / "written.json"
+    vectors.write_text(json.dumps({"vectors": [{"name": "written", "metadata": spec.to_metadata()}]}))
+    result = subprocess.run([build.dir / "contract_vectors", "spec", vectors], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    document = spec.to_document()
+    document.pop("verified")
+    assert json.loads(result.stdout)["written"] == {"ok": document}
+    assert PackageSpec.from_metadata(spec.to_metadata()).inputs == spec.inputs
+
+
+def test_validation_messages_given_by_a_vector_are_the_same_in_both(cpp_verdicts):
+    """Where a validation vector gives the message (e.g. "expected a size >= 1" for an
+    unbounded dim), both sides print exactly it."""
+    cases = [v for v in _vectors("validation") if "message" in v]
+    assert len(cases) >= 3
+    for vector in cases:
+        inputs = [InputDesc(i["dtype"], tuple(i["shape"])) for i in vector["inputs"]]
+        with pytest.raises(IdentityConvError) as error:
+            check_inputs(inputs, _spec(vector))
+        assert str(error.value) == vector["message"], vector["name"]
+        assert cpp_verdicts["validation"][vector["name"]]["message"] == vector["message"], vector["name"]
 
 
 def test_a_package_from_before_the_spec_document_still_runs_in_both(compiled_package, build, op_library, tmp_path):

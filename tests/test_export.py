@@ -10,7 +10,7 @@ from identity_conv.compiler.export import export_model, graph_calls, output_spec
 from identity_conv.models.identity import IdentityModel
 from identity_conv.models.user import DynamicDim
 from identity_conv.package.archive import read_package_spec
-from identity_conv.package.spec import INT64_MAX, DimSpec, TensorSpec
+from identity_conv.package.spec import DimSpec, TensorSpec
 
 
 def test_exported_graph_calls_the_torchbind_class_and_the_custom_op(op_library):
@@ -75,9 +75,9 @@ def test_output_sizes_range_over_their_expressions():
         TensorSpec((DimSpec(2, 7), DimSpec(3, 3)), "int32"),
         TensorSpec((DimSpec(3, 8),), "float32"),
     ]
-    # No upper bound given: the recorded range is open to int64's end.
+    # No upper bound given: torch.export's int_oo is recorded as unbounded (max None).
     unbounded = torch.export.export(_Outputs(), (x,), dynamic_shapes=({0: torch.export.Dim("n", min=3)},), strict=False)
-    assert output_specs(unbounded)[0].dims[0] == DimSpec(6, INT64_MAX)
+    assert [spec.dims[0] for spec in output_specs(unbounded)] == [DimSpec(6, None), DimSpec(2, None), DimSpec(3, None)]
 
 
 class _NotAllTensors(torch.nn.Module):
@@ -111,3 +111,57 @@ def test_a_model_in_training_mode_is_exported_in_eval_mode(tmp_path):
     x = torch.randn(2, 3, 4, 5, generator=torch.Generator().manual_seed(1))
     (y,) = load_package(result.package_path, result.spec).run([x])
     torch.testing.assert_close(y, (x - 1.0) / (4.0 + norm.eps) ** 0.5)
+
+
+def test_an_unbounded_dim_is_recorded_inspected_and_run_as_unbounded(build, tmp_path):
+    """export_compile --dynamic-dim 0.0=1: (no MAX) records dim 0 as unbounded ("max":
+    null, schema 3), both inspects print it so, and both runners take a batch far past
+    the bounded packages' ranges, with the same bits."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from conftest import _export_model_package, run_cmd
+    from identity_conv.cli.inspect_package import app as inspect_app
+    from identity_conv.cli.run_inference import app as run_inference_app
+    from identity_conv.package.archive import read_package_metadata
+    from identity_conv.runtime.tensor_files import load_tensors, save_tensors
+
+    package = _export_model_package(tmp_path, [
+        "--model", "examples.user_models:scale_shift_model", "--input-shape", "4,16", "--input-shape", "16",
+        "--dynamic-dim", "0.0=1:"]).path
+    document = json.loads(read_package_metadata(package)["identity_conv.spec"])
+    assert document["schema_version"] == 3
+    assert document["inputs"][0]["dims"] == [{"min": 1, "max": None}, {"min": 16, "max": 16}]
+    assert [o["dims"][0] for o in document["outputs"]] == [{"min": 1, "max": None}] * 2
+
+    python_inspect = CliRunner().invoke(inspect_app, [str(package)])
+    assert python_inspect.exit_code == 0, python_inspect.output
+    cpp_inspect = run_cmd(build.runner, package, "--inspect")
+    assert cpp_inspect.returncode == 0, cpp_inspect.stderr
+    for row in ("input[0]: [1..unbounded, 16] float32", "output[1]: [1..unbounded] float32", "spec: schema 3"):
+        assert row in cpp_inspect.stdout.splitlines(), cpp_inspect.stdout
+        assert row.split(": ", 1)[1] in python_inspect.output, python_inspect.output
+    as_json = CliRunner().invoke(inspect_app, [str(package), "--json"])
+    assert json.loads(as_json.output)["inputs"][0]["dims"][0] == {"min": 1, "max": None}
+
+    generator = torch.Generator().manual_seed(5)
+    inputs = [torch.randn(1000, 16, generator=generator), torch.randn(16, generator=generator)]
+    save_tensors(tmp_path / "inputs.pt", inputs)
+    python_run = CliRunner().invoke(run_inference_app, [str(package), "--inputs", str(tmp_path / "inputs.pt"),
+                                                        "--outputs", str(tmp_path / "py.pt")])
+    assert python_run.exit_code == 0, python_run.output
+    cpp_run = run_cmd(build.runner, package, "--inputs", tmp_path / "inputs.pt", "--outputs", tmp_path / "cpp.pt")
+    assert cpp_run.returncode == 0, cpp_run.stdout + cpp_run.stderr
+    py_outputs, cpp_outputs = load_tensors(tmp_path / "py.pt"), load_tensors(tmp_path / "cpp.pt")
+    assert [o.shape for o in py_outputs] == [(1000, 16), (1000,)]
+    for py, cpp in zip(py_outputs, cpp_outputs):
+        assert torch.equal(py.view(torch.int32), cpp.view(torch.int32))
+    scale = torch.randn(16, generator=torch.Generator().manual_seed(0))  # the model's parameter
+    torch.testing.assert_close(py_outputs[0], torch.relu(inputs[0] * scale + inputs[1]))
+    # Below the minimum: refused in both, with the unbounded range in the message.
+    save_tensors(tmp_path / "empty.pt", [torch.randn(0, 16), inputs[1]])
+    refused = run_cmd(build.runner, package, "--inputs", tmp_path / "empty.pt")
+    assert refused.returncode != 0
+    assert "dim 0 expected a size >= 1, got 0" in refused.stdout + refused.stderr
+

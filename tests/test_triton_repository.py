@@ -28,8 +28,8 @@ from identity_conv.serve.triton_repository import (
 runner = CliRunner()
 
 
-def tensor(dtype: str, *dims: int | tuple[int, int]) -> TensorSpec:
-    """A TensorSpec: an int is a static size, a (min, max) pair a dynamic one."""
+def tensor(dtype: str, *dims: int | tuple[int, int | None]) -> TensorSpec:
+    """A TensorSpec: an int is a static size, a (min, max) pair a dynamic one (max None: unbounded)."""
     return TensorSpec(tuple(DimSpec(d, d) if isinstance(d, int) else DimSpec(*d) for d in dims), dtype)
 
 
@@ -253,6 +253,16 @@ def test_a_batch_of_at_least_two_warns_and_caps_at_int32():
     assert "fewer than 2 fails" in warning and "--dynamic-dim 0.0=1:" in warning
 
 
+def test_an_unbounded_batch_caps_at_int32_and_its_warning_gives_an_unbounded_range():
+    spec = PackageSpec(inputs=[tensor("float32", (1, None), 3)], outputs=[tensor("float32", (1, None), 3)])
+    config = triton_config(spec, "m")
+    assert config.max_batch_size == 2**31 - 1 and not config.warnings
+    assert "batched on dim 0 (1..unbounded)" in config.batching
+    spec = PackageSpec(inputs=[tensor("float32", (2, None), 3)], outputs=[tensor("float32", (2, None), 3)])
+    (warning,) = triton_config(spec, "m").warnings
+    assert warning.endswith("(export_compile --dynamic-dim 0.0=1:)"), warning
+
+
 def test_a_scalar_is_refused_unbatched():
     spec = PackageSpec(inputs=[tensor("float32")], outputs=[tensor("float32")])
     with pytest.raises(PackageError, match=r"input 0 \(INPUT__0\) is a scalar \(0-d\)"):
@@ -263,8 +273,18 @@ def test_an_unsupported_dtype_names_it_and_the_supported_ones():
     spec = PackageSpec(inputs=[tensor("complex64", 4)], outputs=[tensor("complex64", 4)])
     with pytest.raises(PackageError) as error:
         config_text(spec, "m")
-    assert "input 0 (INPUT__0) has dtype complex64" in str(error.value)
-    assert "float32, float16, bfloat16, float64, int64, int32, int16, int8, uint8, bool" in str(error.value)
+    assert "input 0 (INPUT__0) has dtype complex64, which Triton has no data type for" in str(error.value)
+    assert ("bool, uint8, int8, int16, int32, int64, uint16, uint32, uint64, float16, bfloat16, float32, float64"
+            in str(error.value))
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "uint32", "uint64"])
+def test_unsigned_dtypes_are_served_with_triton_unsigned_types(dtype: str):
+    """AOTInductor takes uint16/32/64 inputs (export, compile and run, bit-exact), and
+    Triton has UINT16/32/64: the config declares them."""
+    spec = PackageSpec(inputs=[tensor(dtype, 4)], outputs=[tensor(dtype, 4)])
+    text = config_text(spec, "m")
+    assert f"data_type: TYPE_{dtype.upper()}" in text and "TYPE_UINT8" not in text
 
 
 def test_a_package_without_recorded_outputs_must_be_re_exported():

@@ -503,7 +503,9 @@ def test_export_compile_model_usage_errors(args, message, op_library, tmp_path):
 def test_parse_dynamic_dim():
     dim = parse_dynamic_dim("0.0,1.2=2:64")
     assert dim.positions == ((0, 0), (1, 2)) and (dim.min, dim.max) == (2, 64) and str(dim) == "0.0,1.2=2:64"
-    for bad in ("0=1:4", "0.0=4:4", "0.0=1", "a.b=1:2", "0.0=0:8"):
+    unbounded = parse_dynamic_dim("0.0=2:")
+    assert (unbounded.min, unbounded.max) == (2, None) and str(unbounded) == "0.0=2:"
+    for bad in ("0=1:4", "0.0=4:4", "0.0=1", "a.b=1:2", "0.0=0:8", "0.0=0:", "0.0=:", "0.0=1:x"):
         with pytest.raises(InputError):
             parse_dynamic_dim(bad)
 

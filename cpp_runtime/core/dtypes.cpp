@@ -1,32 +1,37 @@
 #include "dtypes.h"
 
-#include <utility>
-
 namespace aoti_runner {
 namespace {
 
-const std::vector<std::pair<std::string, c10::ScalarType>>& table() {
-  static const std::vector<std::pair<std::string, c10::ScalarType>> entries = {
-      {"bool", c10::kBool},
-      {"uint8", c10::kByte},
-      {"int8", c10::kChar},
-      {"int16", c10::kShort},
-      {"int32", c10::kInt},
-      {"int64", c10::kLong},
-      {"uint16", c10::kUInt16},
-      {"uint32", c10::kUInt32},
-      {"uint64", c10::kUInt64},
-      {"float16", c10::kHalf},
-      {"bfloat16", c10::kBFloat16},
-      {"float32", c10::kFloat},
-      {"float64", c10::kDouble},
-      {"complex32", c10::kComplexHalf},
-      {"complex64", c10::kComplexFloat},
-      {"complex128", c10::kComplexDouble},
-      {"float8_e4m3fn", c10::kFloat8_e4m3fn},
-      {"float8_e5m2", c10::kFloat8_e5m2},
-      {"float8_e4m3fnuz", c10::kFloat8_e4m3fnuz},
-      {"float8_e5m2fnuz", c10::kFloat8_e5m2fnuz},
+struct Entry {
+  const char* name;  // Python's spelling
+  c10::ScalarType dtype;
+  const char* triton;  // Triton's data type (config.pbtxt: TYPE_ + it); nullptr: none
+};
+
+// Triton has no complex or float8 type: such tensors cannot be served.
+const std::vector<Entry>& table() {
+  static const std::vector<Entry> entries = {
+      {"bool", c10::kBool, "BOOL"},
+      {"uint8", c10::kByte, "UINT8"},
+      {"int8", c10::kChar, "INT8"},
+      {"int16", c10::kShort, "INT16"},
+      {"int32", c10::kInt, "INT32"},
+      {"int64", c10::kLong, "INT64"},
+      {"uint16", c10::kUInt16, "UINT16"},
+      {"uint32", c10::kUInt32, "UINT32"},
+      {"uint64", c10::kUInt64, "UINT64"},
+      {"float16", c10::kHalf, "FP16"},
+      {"bfloat16", c10::kBFloat16, "BF16"},
+      {"float32", c10::kFloat, "FP32"},
+      {"float64", c10::kDouble, "FP64"},
+      {"complex32", c10::kComplexHalf, nullptr},
+      {"complex64", c10::kComplexFloat, nullptr},
+      {"complex128", c10::kComplexDouble, nullptr},
+      {"float8_e4m3fn", c10::kFloat8_e4m3fn, nullptr},
+      {"float8_e5m2", c10::kFloat8_e5m2, nullptr},
+      {"float8_e4m3fnuz", c10::kFloat8_e4m3fnuz, nullptr},
+      {"float8_e5m2fnuz", c10::kFloat8_e5m2fnuz, nullptr},
   };
   return entries;
 }
@@ -34,18 +39,18 @@ const std::vector<std::pair<std::string, c10::ScalarType>>& table() {
 }  // namespace
 
 std::optional<c10::ScalarType> dtype_from_name(const std::string& name) {
-  for (const auto& [entry_name, dtype] : table()) {
-    if (entry_name == name) {
-      return dtype;
+  for (const auto& entry : table()) {
+    if (entry.name == name) {
+      return entry.dtype;
     }
   }
   return std::nullopt;
 }
 
 std::string dtype_name(c10::ScalarType dtype) {
-  for (const auto& [name, entry_dtype] : table()) {
-    if (entry_dtype == dtype) {
-      return name;
+  for (const auto& entry : table()) {
+    if (entry.dtype == dtype) {
+      return entry.name;
     }
   }
   return c10::toString(dtype);
@@ -58,7 +63,35 @@ bool is_export_dtype(const std::string& name) {
 std::vector<std::string> dtype_names() {
   std::vector<std::string> names;
   for (const auto& entry : table()) {
-    names.push_back(entry.first);
+    names.push_back(entry.name);
+  }
+  return names;
+}
+
+std::optional<std::string> triton_type(const std::string& name) {
+  for (const auto& entry : table()) {
+    if (entry.name == name) {
+      return entry.triton ? std::optional<std::string>(entry.triton) : std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> dtype_of_triton_type(const std::string& triton) {
+  for (const auto& entry : table()) {
+    if (entry.triton && triton == entry.triton) {
+      return std::string(entry.name);
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> triton_servable_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : table()) {
+    if (entry.triton) {
+      names.push_back(entry.name);
+    }
   }
   return names;
 }

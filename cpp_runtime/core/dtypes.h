@@ -1,5 +1,6 @@
 // The dtype-name table of the package contract: Python's spelling ("float32",
-// "complex64") for every ScalarType a spec may name. Pairs with
+// "complex64") for every ScalarType a spec may name, and Triton's data type for it
+// ("FP32"; none for complex and float8), the one source of both. Pairs with
 // python/identity_conv/package/dtypes.py; tests/contract/dtypes.json pins the two.
 #pragma once
 
@@ -22,5 +23,15 @@ bool is_export_dtype(const std::string& name);
 
 // Every name of the table, in table order.
 std::vector<std::string> dtype_names();
+
+// Triton's data type for a dtype's tensors ("FP32", "UINT32"; a config.pbtxt writes
+// TYPE_ + it), or nullopt for a dtype Triton has no type for (or a name outside the table).
+std::optional<std::string> triton_type(const std::string& name);
+
+// The dtype whose Triton data type is `triton` ("FP32" -> "float32"), or nullopt.
+std::optional<std::string> dtype_of_triton_type(const std::string& triton);
+
+// The names that have a Triton data type, in table order (for messages).
+std::vector<std::string> triton_servable_names();
 
 }  // namespace aoti_runner

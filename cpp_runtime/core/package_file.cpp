@@ -267,9 +267,8 @@ void check_spec_against_compiled(const PackageSpec& spec, const std::string& pat
                  ", which the spec does not have");
       }
       const auto& range = declared.dims[static_cast<size_t>(dim)];
-      if (range.min != size || range.max != size) {
-        mismatch("the spec says " + name + " dim " + std::to_string(dim) + " is " + std::to_string(range.min) +
-                 (range.is_static() ? "" : ".." + std::to_string(range.max)) +
+      if (!range.is_static() || range.min != size) {
+        mismatch("the spec says " + name + " dim " + std::to_string(dim) + " is " + range.str() +
                  ", but the model was compiled for exactly " + std::to_string(size));
       }
     }

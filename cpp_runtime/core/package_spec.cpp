@@ -127,8 +127,9 @@ Tolerance get_tolerance(const json& value, const std::string& where) {
 }
 
 // The "inputs" or "outputs" entry (key): one object per tensor, with a known dtype and
-// dims of non-empty [min, max] ranges.
-std::vector<TensorSpec> get_tensor_specs(const json& value, const std::string& key) {
+// dims of non-empty [min, max] ranges. "max": null (schema 3) is unbounded, and so is
+// int64's largest value: what version-2 writers recorded for torch.export's int_oo.
+std::vector<TensorSpec> get_tensor_specs(const json& value, const std::string& key, int64_t version) {
   std::vector<TensorSpec> specs;
   const auto& items = get_array(value, key);
   for (size_t i = 0; i < items.size(); ++i) {
@@ -150,10 +151,23 @@ std::vector<TensorSpec> get_tensor_specs(const json& value, const std::string& k
       }
       DimSpec dim;
       dim.min = get_int(member(dims[d], "min"), dim_where + ".min");
-      dim.max = get_int(member(dims[d], "max"), dim_where + ".max");
-      if (dim.min > dim.max) {
+      const auto& max = member(dims[d], "max");
+      if (max.is_null() && dims[d].contains("max")) {
+        if (version < kUnboundedSchemaVersion) {
+          throw malformed(dim_where + ".max: null (unbounded) needs schema_version " +
+                          std::to_string(kUnboundedSchemaVersion) + ", but the spec is version " +
+                          std::to_string(version));
+        }
+        dim.max = std::nullopt;
+      } else {
+        dim.max = get_int(max, dim_where + ".max");
+        if (*dim.max == std::numeric_limits<int64_t>::max()) {
+          dim.max = std::nullopt;
+        }
+      }
+      if (dim.max && dim.min > *dim.max) {
         throw malformed(dim_where + ": the range " + std::to_string(dim.min) + ".." +
-                        std::to_string(dim.max) + " is empty");
+                        std::to_string(*dim.max) + " is empty");
       }
       tensor.dims.push_back(dim);
     }
@@ -168,7 +182,7 @@ json tensor_specs_document(const std::vector<TensorSpec>& specs) {
   for (const auto& spec : specs) {
     json dims = json::array();
     for (const auto& d : spec.dims) {
-      dims.push_back({{"min", d.min}, {"max", d.max}});
+      dims.push_back({{"min", d.min}, {"max", d.max ? json(*d.max) : json(nullptr)}});
     }
     items.push_back({{"dtype", spec.dtype}, {"dims", dims}});
   }
@@ -181,11 +195,28 @@ std::string OpRef::str() const {
   return !overload || *overload == "default" ? name : name + "." + *overload;
 }
 
+std::string DimSpec::str() const {
+  if (is_static()) {
+    return std::to_string(min);
+  }
+  return std::to_string(min) + ".." + (max ? std::to_string(*max) : std::string("unbounded"));
+}
+
+std::string DimSpec::wanted() const {
+  if (is_static()) {
+    return std::to_string(min);
+  }
+  // Appended, not "text" + std::to_string(...): see format_shape.
+  if (!max) {
+    return std::string("a size >= ").append(std::to_string(min));
+  }
+  return std::string("a size in [").append(std::to_string(min)).append(", ").append(std::to_string(*max)).append("]");
+}
+
 std::string format_shape(const TensorSpec& spec) {
   std::vector<std::string> dims;
   for (const auto& d : spec.dims) {
-    dims.push_back(d.is_static() ? std::to_string(d.min)
-                                 : std::to_string(d.min) + ".." + std::to_string(d.max));
+    dims.push_back(d.str());
   }
   // Appended, not "[" + join(...): gcc 12 warns (-Wrestrict, a false positive) on
   // const char* + std::string&&, and the CUDA check builds with warnings as errors.
@@ -215,8 +246,8 @@ PackageSpec parse_spec_document(const json& document) {
     return document.contains(key) ? document.at(key) : fallback;
   };
 
-  spec.inputs = get_tensor_specs(document.at("inputs"), "inputs");
-  spec.outputs = get_tensor_specs(get("outputs", json::array()), "outputs");
+  spec.inputs = get_tensor_specs(document.at("inputs"), "inputs", version);
+  spec.outputs = get_tensor_specs(get("outputs", json::array()), "outputs", version);
 
   const auto shapes = get("example_shapes", json::array());
   get_array(shapes, "example_shapes");
@@ -234,7 +265,7 @@ PackageSpec parse_spec_document(const json& document) {
     const auto& dims = spec.inputs[i].dims;
     bool fits = shape.size() == dims.size();
     for (size_t d = 0; fits && d < dims.size(); ++d) {
-      fits = dims[d].min <= shape[d] && shape[d] <= dims[d].max;
+      fits = dims[d].contains(shape[d]);
     }
     if (!fits) {
       std::vector<std::string> parts;
@@ -335,6 +366,19 @@ PackageSpec parse_spec_document(const json& document) {
   return spec;
 }
 
+int written_schema_version(const PackageSpec& spec) {
+  for (const auto* tensors : {&spec.inputs, &spec.outputs}) {
+    for (const auto& tensor : *tensors) {
+      for (const auto& dim : tensor.dims) {
+        if (dim.unbounded()) {
+          return kUnboundedSchemaVersion;
+        }
+      }
+    }
+  }
+  return 2;
+}
+
 json spec_to_document(const PackageSpec& spec) {
   json groups = json::array();
   for (const auto& group : spec.shared_dims) {
@@ -353,7 +397,7 @@ json spec_to_document(const PackageSpec& spec) {
     ops.push_back(entry);
   }
   json document = {
-      {"schema_version", kSchemaVersion},
+      {"schema_version", written_schema_version(spec)},
       {"inputs", tensor_specs_document(spec.inputs)},
       {"example_shapes", spec.example_shapes},
       {"shared_dims", groups},

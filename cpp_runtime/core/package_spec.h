@@ -18,17 +18,32 @@
 namespace aoti_runner {
 
 constexpr const char* kSpecKey = "identity_conv.spec";
-constexpr int kSchemaVersion = 2;
+// The newest schema this runner reads. A writer records the lowest version whose
+// readers understand the document, so older runners keep reading what they can:
+// 2, or 3 when a dim is unbounded ("max": null), which a version-2 reader cannot read.
+constexpr int kSchemaVersion = 3;
+constexpr int kUnboundedSchemaVersion = 3;
 // Before the JSON document: one metadata entry per field, "identity_conv.<field>".
 constexpr const char* kLegacyPrefix = "identity_conv.";
 
-// One dimension of a tensor spec: a fixed size, or a [min, max] range.
+// One dimension of a tensor spec: a fixed size, a [min, max] range, or min and up
+// (no max: unbounded, "max": null in the document).
 struct DimSpec {
   int64_t min = 0;
-  int64_t max = 0;
+  std::optional<int64_t> max = 0;
   bool is_static() const {
-    return min == max;
+    return max && min == *max;
   }
+  bool unbounded() const {
+    return !max;
+  }
+  bool contains(int64_t size) const {
+    return min <= size && (!max || size <= *max);
+  }
+  // "3", "1..8" or "1..unbounded", as shapes print.
+  std::string str() const;
+  // What a size must be, for messages: "3", "a size in [1, 8]" or "a size >= 1".
+  std::string wanted() const;
 };
 
 struct TensorSpec {
@@ -85,7 +100,11 @@ struct PackageSpec {
 // Throws RunnerError of kind "malformed" or "unsupported_version".
 PackageSpec parse_spec_document(const nlohmann::json& document);
 
-// The document of a spec (schema kSchemaVersion), as the Python writer writes it.
+// The lowest schema version that can hold the spec: kUnboundedSchemaVersion with an
+// unbounded dim, else 2.
+int written_schema_version(const PackageSpec& spec);
+
+// The document of a spec (schema written_schema_version), as the Python writer writes it.
 nlohmann::json spec_to_document(const PackageSpec& spec);
 
 // Converts the "identity_conv.*" entries of a package from before the document.

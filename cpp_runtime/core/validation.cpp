@@ -71,12 +71,8 @@ void check_inputs(const std::vector<InputDesc>& inputs, const PackageSpec& spec)
     for (size_t d = 0; d < expected.dims.size(); ++d) {
       const auto size = given.shape[d];
       const auto& dim = expected.dims[d];
-      if (size < dim.min || size > dim.max) {
-        const std::string want = dim.is_static()
-                                     ? std::to_string(dim.min)
-                                     : "a size in [" + std::to_string(dim.min) + ", " +
-                                           std::to_string(dim.max) + "]";
-        throw RunnerError(name + ": dim " + std::to_string(d) + " expected " + want + ", got " +
+      if (!dim.contains(size)) {
+        throw RunnerError(name + ": dim " + std::to_string(d) + " expected " + dim.wanted() + ", got " +
                               std::to_string(size) + " (shape " + format_sizes(given.shape) +
                               ", package expects " + format_shape(expected) + ").",
                           "dim");

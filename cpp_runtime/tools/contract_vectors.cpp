@@ -208,7 +208,8 @@ json run_vector(const std::string& suite, const json& vector) {
         return "not_batched";
       }
       aoti_triton::ModelConfig config;
-      config.max_batch_size = std::min<int64_t>(spec.inputs[0].dims[0].max, 2147483647);
+      // An unbounded batch dim is capped at Triton's int32 limit, as the writer does.
+      config.max_batch_size = std::min<int64_t>(spec.inputs[0].dims[0].max.value_or(2147483647), 2147483647);
       config.instance_groups = {aoti_triton::InstanceGroup{"KIND_CPU", 1, {}}};
       config.instance_count = 1;
       const auto entries = [](const std::vector<aoti_runner::TensorSpec>& tensors, const char* prefix) {
@@ -231,16 +232,23 @@ json run_vector(const std::string& suite, const json& vector) {
       }
       return {{"max_batch_size", config.max_batch_size}};
     }
-    if (suite == "triton_types") {  // the aoti backend's dtype -> Triton type table
-      const auto type = aoti_triton::config_type_of(vector.at("name").get<std::string>());
+    if (suite == "triton_types") {  // the core table's Triton type, as the aoti backend uses it
+      const auto name = vector.at("name").get<std::string>();
+      const auto type = aoti_runner::triton_type(name);
+      const auto config_type = aoti_triton::config_type_of(name);
       if (!type) {
+        if (config_type || aoti_triton::server_type_of(name) != TRITONSERVER_TYPE_INVALID) {
+          return {{"error", "the backend has a type the table does not"}};
+        }
         return nullptr;
       }
       // config.pbtxt's TYPE_FP32 is FP32 on the wire; the server enum must be the same type.
-      if (aoti_triton::dtype_of(aoti_triton::server_type_of(vector.at("name"))) != vector.at("name")) {
-        return {{"error", "server type disagrees"}};
+      if (!config_type || *config_type != "TYPE_" + *type ||
+          aoti_triton::dtype_of(aoti_triton::server_type_of(name)) != name ||
+          aoti_runner::dtype_of_triton_type(*type) != name) {
+        return {{"error", "the backend's type disagrees with the table's"}};
       }
-      return type->substr(5);
+      return *type;
     }
     if (suite == "dtypes") {
       const auto name = vector.at("name").get<std::string>();

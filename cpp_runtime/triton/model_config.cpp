@@ -1,6 +1,7 @@
 #include "model_config.h"
 
 #include "cpu_budget.h"
+#include "dtypes.h"
 #include "errors.h"
 #include "package_spec.h"
 #include "validation.h"
@@ -16,24 +17,26 @@ using nlohmann::json;
 
 namespace {
 
-struct TypeName {
-  const char* dtype;
-  const char* config;
-  TRITONSERVER_DataType server;
+// Triton's data types by name (the inference protocol's spelling). Which dtype has
+// which type is the core dtype table's (dtypes.h); this is only Triton's own enum.
+struct ServerType {
+  const char* name;
+  TRITONSERVER_DataType type;
 };
-
-// The dtypes a package can take that Triton has a type for.
-constexpr std::array<TypeName, 10> kTypes{{
-    {"float32", "TYPE_FP32", TRITONSERVER_TYPE_FP32},
-    {"float16", "TYPE_FP16", TRITONSERVER_TYPE_FP16},
-    {"bfloat16", "TYPE_BF16", TRITONSERVER_TYPE_BF16},
-    {"float64", "TYPE_FP64", TRITONSERVER_TYPE_FP64},
-    {"int64", "TYPE_INT64", TRITONSERVER_TYPE_INT64},
-    {"int32", "TYPE_INT32", TRITONSERVER_TYPE_INT32},
-    {"int16", "TYPE_INT16", TRITONSERVER_TYPE_INT16},
-    {"int8", "TYPE_INT8", TRITONSERVER_TYPE_INT8},
-    {"uint8", "TYPE_UINT8", TRITONSERVER_TYPE_UINT8},
-    {"bool", "TYPE_BOOL", TRITONSERVER_TYPE_BOOL},
+constexpr std::array<ServerType, 13> kServerTypes{{
+    {"BOOL", TRITONSERVER_TYPE_BOOL},
+    {"UINT8", TRITONSERVER_TYPE_UINT8},
+    {"UINT16", TRITONSERVER_TYPE_UINT16},
+    {"UINT32", TRITONSERVER_TYPE_UINT32},
+    {"UINT64", TRITONSERVER_TYPE_UINT64},
+    {"INT8", TRITONSERVER_TYPE_INT8},
+    {"INT16", TRITONSERVER_TYPE_INT16},
+    {"INT32", TRITONSERVER_TYPE_INT32},
+    {"INT64", TRITONSERVER_TYPE_INT64},
+    {"FP16", TRITONSERVER_TYPE_FP16},
+    {"FP32", TRITONSERVER_TYPE_FP32},
+    {"FP64", TRITONSERVER_TYPE_FP64},
+    {"BF16", TRITONSERVER_TYPE_BF16},
 }};
 
 // Triton serialises the config as protobuf JSON: int64 fields (dims) as strings,
@@ -124,10 +127,19 @@ std::vector<const ConfigTensor*> by_index(const std::vector<ConfigTensor>& entri
 void check_tensor(const ConfigTensor& entry, const aoti_runner::TensorSpec& spec, int64_t max_batch_size,
                   const char* what) {
   const auto expected_type = config_type_of(spec.dtype);
-  if (!expected_type || entry.data_type != *expected_type) {
+  if (!expected_type) {
+    std::string servable;
+    for (const auto& name : aoti_runner::triton_servable_names()) {
+      servable += (servable.empty() ? "" : ", ") + name;
+    }
+    throw RunnerError("config.pbtxt: " + std::string(what) + " " + entry.name + ": the package's dtype is " +
+                      spec.dtype + ", which Triton has no data type for, so the aoti backend cannot serve it. "
+                      "Export the model with tensors of a dtype Triton serves: " + servable + ".");
+  }
+  if (entry.data_type != *expected_type) {
     throw RunnerError("config.pbtxt: " + std::string(what) + " " + entry.name + " has data_type " +
                       entry.data_type + ", but the package's is " + spec.dtype +
-                      (expected_type ? " (" + *expected_type + ")" : " (no Triton type)") + ".");
+                      " (" + *expected_type + ").");
   }
   std::vector<int64_t> full = entry.dims;
   if (max_batch_size > 0) {
@@ -141,7 +153,7 @@ void check_tensor(const ConfigTensor& entry, const aoti_runner::TensorSpec& spec
   }
   for (size_t d = 0; d < full.size(); ++d) {
     const auto& dim = spec.dims[d];
-    if (full[d] != -1 && (full[d] < dim.min || full[d] > dim.max)) {
+    if (full[d] != -1 && !dim.contains(full[d])) {
       throw RunnerError("config.pbtxt: " + std::string(what) + " " + entry.name + " dim " + std::to_string(d) +
                         " is " + std::to_string(full[d]) + ", outside the package's " +
                         aoti_runner::format_shape(spec) + ".");
@@ -163,27 +175,25 @@ std::string tensor_names(const char* prefix, size_t count) {
 }
 
 std::optional<std::string> config_type_of(const std::string& dtype) {
-  for (const auto& type : kTypes) {
-    if (dtype == type.dtype) {
-      return std::string(type.config);
-    }
-  }
-  return std::nullopt;
+  const auto type = aoti_runner::triton_type(dtype);
+  return type ? std::optional<std::string>("TYPE_" + *type) : std::nullopt;
 }
 
 TRITONSERVER_DataType server_type_of(const std::string& dtype) {
-  for (const auto& type : kTypes) {
-    if (dtype == type.dtype) {
-      return type.server;
+  if (const auto type = aoti_runner::triton_type(dtype)) {
+    for (const auto& server : kServerTypes) {
+      if (*type == server.name) {
+        return server.type;
+      }
     }
   }
   return TRITONSERVER_TYPE_INVALID;
 }
 
-std::string dtype_of(TRITONSERVER_DataType server) {
-  for (const auto& type : kTypes) {
-    if (server == type.server) {
-      return type.dtype;
+std::string dtype_of(TRITONSERVER_DataType type) {
+  for (const auto& server : kServerTypes) {
+    if (type == server.type) {
+      return aoti_runner::dtype_of_triton_type(server.name).value_or("");
     }
   }
   return "";
@@ -315,7 +325,7 @@ void check_config_against_spec(const ModelConfig& config, const aoti_runner::Pac
     const auto& batch = spec.inputs[0].dims.empty() ? aoti_runner::DimSpec{} : spec.inputs[0].dims[0];
     for (size_t i = 0; i < spec.inputs.size(); ++i) {
       const auto& dims = spec.inputs[i].dims;
-      if (dims.empty() || dims[0].is_static() || config.max_batch_size > dims[0].max ||
+      if (dims.empty() || dims[0].is_static() || (dims[0].max && config.max_batch_size > *dims[0].max) ||
           dims[0].min != batch.min || dims[0].max != batch.max) {
         refuse("input[" + std::to_string(i) + "] is " + aoti_runner::format_shape(spec.inputs[i]) +
                " (every input's dim 0 must be one dynamic range, up to at least max_batch_size)");

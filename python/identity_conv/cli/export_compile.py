@@ -178,7 +178,8 @@ def export_compile(
     dynamic_dim: Annotated[
         Optional[List[str]],
         typer.Option(
-            help="A dim that may vary at run time: INPUT.DIM=MIN:MAX, e.g. 0.0=1:64 (input 0, dim 0). "
+            help="A dim that may vary at run time: INPUT.DIM=MIN:MAX, e.g. 0.0=1:64 (input 0, dim 0); "
+            "MIN: with no MAX (0.0=1:) has no upper bound. "
             "Positions that must share one size go together: 0.0,1.0=1:64. Repeatable.",
             rich_help_panel=MODEL_PANEL,
         ),

@@ -14,12 +14,16 @@ _POSITION = re.compile(r"^(\d+)\.(\d+)$")
 
 
 def parse_dynamic_dim(text: str) -> DynamicDim:
-    """``"0.0,1.0=1:64"`` -> dim 0 of inputs 0 and 1, one shared size in [1, 64].
+    """``"0.0,1.0=1:64"`` -> dim 0 of inputs 0 and 1, one shared size in [1, 64];
+    ``"0.0=1:"`` (no MAX) -> sizes 1 and up, no upper bound.
 
     Raises:
-        InputError: the text does not follow INPUT.DIM[,INPUT.DIM...]=MIN:MAX.
+        InputError: the text does not follow INPUT.DIM[,INPUT.DIM...]=MIN:[MAX].
     """
-    hint = "expected INPUT.DIM[,INPUT.DIM...]=MIN:MAX, e.g. 0.0=1:64 (input 0, dim 0, sizes 1 to 64)"
+    hint = (
+        "expected INPUT.DIM[,INPUT.DIM...]=MIN:MAX, e.g. 0.0=1:64 (input 0, dim 0, sizes 1 to 64), or MIN: with "
+        "no MAX for no upper bound (0.0=1:)"
+    )
     where, eq, bounds = text.partition("=")
     low, colon, high = bounds.partition(":")
     positions = []
@@ -31,10 +35,13 @@ def parse_dynamic_dim(text: str) -> DynamicDim:
     try:
         if not eq or not colon:
             raise ValueError
-        low_value, high_value = int(low), int(high)
+        low_value = int(low)
+        high_value = int(high) if high.strip() else None
     except ValueError:
         raise InputError(f"--dynamic-dim {text!r}: bad range {bounds!r}; {hint}") from None
-    if not 1 <= low_value < high_value:
+    if low_value < 1:
+        raise InputError(f"--dynamic-dim {text!r}: MIN must be 1 or more, got {low_value}")
+    if high_value is not None and high_value <= low_value:
         raise InputError(f"--dynamic-dim {text!r}: the range holds fewer than two sizes; expected 1 <= MIN < MAX")
     return DynamicDim(tuple(positions), low_value, high_value)
 

@@ -115,7 +115,7 @@ def _dynamic_dim_fix(
                 return (
                     f"the model ties input {i} dim {d} to {others} (they must have one size), but --dynamic-dim "
                     f"{dynamic} gives {_positions_text(dynamic)} a size of its own. Pass them together in one "
-                    f"option: --dynamic-dim {together}={dynamic.min}:{dynamic.max}"
+                    f"option: --dynamic-dim {together}={str(dynamic).partition('=')[2]}"
                 )
     return ""
 
@@ -182,8 +182,8 @@ def _dim_spec(size: int | torch.SymInt, program: torch.export.ExportedProgram) -
     """A size as a range: an int (or a symbolic size torch proved constant) is static;
     a symbolic one ranges over what its expression takes on the program's symbol
     ranges (an input's own symbol: exactly its range). A bound that is not an integer
-    (int_oo: no upper bound) leaves that side open; sizes are >= 0 whatever the
-    expression allows."""
+    (int_oo: no upper bound) leaves that side open (max None: unbounded); sizes
+    are >= 0 whatever the expression allows."""
     from torch.utils._sympy.value_ranges import bound_sympy
 
     if isinstance(size, torch.SymInt) and size.node.expr.is_number:
@@ -192,8 +192,9 @@ def _dim_spec(size: int | torch.SymInt, program: torch.export.ExportedProgram) -
         return DimSpec(size, size)
     bounds = bound_sympy(size.node.expr, program.range_constraints)
     low = int(bounds.lower) if bounds.lower.is_Integer else 0
-    high = int(bounds.upper) if bounds.upper.is_Integer else INT64_MAX
-    return DimSpec(min(max(low, 0), INT64_MAX), min(max(high, 0), INT64_MAX))
+    # A bound past int64 is unbounded too: no tensor has that many elements in a dim.
+    high = int(bounds.upper) if bounds.upper.is_Integer and int(bounds.upper) < INT64_MAX else None
+    return DimSpec(min(max(low, 0), INT64_MAX), None if high is None else max(high, 0))
 
 
 def shared_dims(program: torch.export.ExportedProgram) -> list[list[tuple[int, int]]]:

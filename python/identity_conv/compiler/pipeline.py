@@ -249,7 +249,8 @@ def second_inputs(
     shapes = [list(x.shape) for x in inputs]
     for dynamic in dynamic_dims:
         i, d = dynamic.positions[0]
-        size = dynamic.min if dynamic.min != shapes[i][d] else min(shapes[i][d] + 1, dynamic.max)
+        above = shapes[i][d] + 1
+        size = dynamic.min if dynamic.min != shapes[i][d] else above if dynamic.max is None else min(above, dynamic.max)
         for i, d in dynamic.positions:
             shapes[i][d] = size
     return [
@@ -672,10 +673,10 @@ def _build_user_model(
                     f"shapes {', '.join(str(list(x.shape)) for x in inputs)}"
                 )
             size = inputs[i].shape[d]
-            if not dynamic.min <= size <= dynamic.max:
+            if size < dynamic.min or (dynamic.max is not None and size > dynamic.max):
                 raise InputError(
                     f"--dynamic-dim {dynamic}: the example input {i} has size {size} in dim {d}, outside "
-                    f"{dynamic.min}:{dynamic.max}; the example must lie in the range"
+                    f"{str(dynamic).partition('=')[2]}; the example must lie in the range"
                 )
             if size == 1:
                 # torch.export specialises a size-1 example dim to 1; trace at 2 instead.

@@ -23,11 +23,12 @@ _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 @dataclass(frozen=True)
 class DynamicDim:
     """One dynamic size shared by every (input, dim) position in ``positions``: the
-    package accepts any size in [min, max] there, the same size at each position."""
+    package accepts any size in [min, max] there (min and up when max is None), the
+    same size at each position."""
 
     positions: tuple[tuple[int, int], ...]
     min: int
-    max: int
+    max: int | None
     label: str = ""
 
     @property
@@ -38,7 +39,7 @@ class DynamicDim:
 
     def __str__(self) -> str:
         where = ",".join(f"{i}.{d}" for i, d in self.positions)
-        return f"{where}={self.min}:{self.max}"
+        return f"{where}={self.min}:{'' if self.max is None else self.max}"
 
 
 def import_modules(names: Sequence[str], what: str = "--fake-module") -> None:

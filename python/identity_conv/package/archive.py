@@ -200,9 +200,8 @@ def check_spec_against_compiled(spec: PackageSpec, path: str | Path) -> None:
             if dim >= len(declared.dims):
                 raise mismatch(f"the model was compiled for {name} with a dim {dim}, which the spec does not have")
             bounds = declared.dims[dim]
-            if bounds.min != size or bounds.max != size:
-                shown = str(bounds.min) if bounds.is_static else f"{bounds.min}..{bounds.max}"
-                raise mismatch(f"the spec says {name} dim {dim} is {shown}, but the model was compiled for exactly "
+            if not bounds.is_static or bounds.min != size:
+                raise mismatch(f"the spec says {name} dim {dim} is {bounds}, but the model was compiled for exactly "
                                f"{size}")
 
 

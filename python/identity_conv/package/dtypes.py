@@ -1,18 +1,25 @@
 """The dtype-name table of the package contract: dtypes are written with Python's
-spelling ("float32", "complex64"), in the spec, in messages and in both runtimes.
-cpp_runtime/core/dtypes.cpp holds the same table; tests/contract/dtypes.json pins
-the two to each other."""
+spelling ("float32", "complex64"), in the spec, in messages and in both runtimes, and
+each has Triton's data type for its tensors ("FP32"), or none. cpp_runtime/core/dtypes.cpp
+holds the same table; tests/contract/dtypes.json pins the two to each other."""
 
 from __future__ import annotations
 
 import torch
 
-# Every dtype a spec may name. The C++ table maps the same names to c10 ScalarTypes.
-NAMES = (
-    "bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
-    "float16", "bfloat16", "float32", "float64", "complex32", "complex64", "complex128",
-    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+# Every dtype a spec may name, and Triton's data type for it (the inference protocol's
+# spelling; config.pbtxt writes TYPE_ + it). Triton has no complex or float8 type, so
+# such tensors cannot be served. The C++ table maps the same names to c10 ScalarTypes.
+_TABLE: tuple[tuple[str, str | None], ...] = (
+    ("bool", "BOOL"), ("uint8", "UINT8"), ("int8", "INT8"), ("int16", "INT16"), ("int32", "INT32"),
+    ("int64", "INT64"), ("uint16", "UINT16"), ("uint32", "UINT32"), ("uint64", "UINT64"),
+    ("float16", "FP16"), ("bfloat16", "BF16"), ("float32", "FP32"), ("float64", "FP64"),
+    ("complex32", None), ("complex64", None), ("complex128", None),
+    ("float8_e4m3fn", None), ("float8_e5m2", None), ("float8_e4m3fnuz", None), ("float8_e5m2fnuz", None),
 )
+NAMES = tuple(name for name, _ in _TABLE)
+# Spec dtype -> Triton data type, for the dtypes Triton serves (in table order).
+TRITON_TYPES: dict[str, str] = {name: triton for name, triton in _TABLE if triton is not None}
 
 # The dtypes export_compile builds for and runners draw random inputs of.
 DTYPES: dict[str, torch.dtype] = {

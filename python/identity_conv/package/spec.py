@@ -22,10 +22,15 @@ from .dtypes import NAMES
 from .json_text import parse_json_limited
 
 SPEC_KEY = "identity_conv.spec"
-SCHEMA_VERSION = 2
+# The newest schema this toolkit reads. A writer records the lowest version whose
+# readers understand the document, so older toolkits keep reading what they can: 2,
+# or 3 when a dim is unbounded ("max": null), which a version-2 reader cannot read.
+SCHEMA_VERSION = 3
+UNBOUNDED_SCHEMA_VERSION = 3
 # Before the JSON document: one metadata entry per field, "identity_conv.<field>".
 LEGACY_PREFIX = "identity_conv."
-# The largest size a spec records (JSON integers past it do not fit the C++ runner).
+# The largest integer a spec holds (JSON integers past it do not fit the C++ runner).
+# As a dim's max it reads as unbounded: version-2 writers recorded torch.export's int_oo so.
 INT64_MAX = 2**63 - 1
 _REEXPORT = "Re-export the package with export_compile."
 # What the runners do for a package from before the eager check was recorded.
@@ -97,17 +102,35 @@ def fmt(value: float | None) -> str:
 
 @dataclass(frozen=True)
 class DimSpec:
-    """A fixed size (min == max) or an inclusive range of sizes."""
+    """A fixed size (min == max), an inclusive range of sizes, or min and up (max
+    None: unbounded, ``"max": null`` in the document)."""
 
     min: int
-    max: int
+    max: int | None
 
     @property
     def is_static(self) -> bool:
         return self.min == self.max
 
+    @property
+    def is_unbounded(self) -> bool:
+        return self.max is None
+
+    def contains(self, size: int) -> bool:
+        return self.min <= size and (self.max is None or size <= self.max)
+
+    def wanted(self) -> str:
+        """What a size must be, for messages: "3", "a size in [1, 8]" or "a size >= 1"."""
+        if self.is_static:
+            return str(self.min)
+        if self.max is None:
+            return f"a size >= {self.min}"
+        return f"a size in [{self.min}, {self.max}]"
+
     def __str__(self) -> str:
-        return str(self.min) if self.is_static else f"{self.min}..{self.max}"
+        if self.is_static:
+            return str(self.min)
+        return f"{self.min}..{'unbounded' if self.max is None else self.max}"
 
 
 @dataclass(frozen=True)
@@ -183,10 +206,16 @@ class PackageSpec:
     aoti: dict[str, str] = field(default_factory=dict)  # AOTI's own entries (CPU ISA, ...)
     schema_version: int = SCHEMA_VERSION  # the version the spec was read from
 
+    def written_schema_version(self) -> int:
+        """The lowest schema version that can hold the spec: UNBOUNDED_SCHEMA_VERSION
+        with an unbounded dim, else 2."""
+        unbounded = any(d.is_unbounded for t in self.inputs + self.outputs for d in t.dims)
+        return UNBOUNDED_SCHEMA_VERSION if unbounded else 2
+
     def to_document(self) -> dict[str, Any]:
-        """The JSON document (schema SCHEMA_VERSION), as written into packages."""
+        """The JSON document (schema ``written_schema_version``), as written into packages."""
         return {
-            "schema_version": SCHEMA_VERSION,
+            "schema_version": self.written_schema_version(),
             "inputs": [spec.to_document() for spec in self.inputs],
             # Only when recorded (as cpu_target): a spec without outputs writes the document it always did.
             **({"outputs": [spec.to_document() for spec in self.outputs]} if self.outputs else {}),
@@ -344,9 +373,10 @@ def _tolerance(value: Any, where: str) -> Tolerance:
     return Tolerance(rule, max_ulp if rule == ULP else 0, *(bounds if rule == CLOSE else (None, None)))
 
 
-def _tensor_specs(value: Any, key: str) -> list[TensorSpec]:
+def _tensor_specs(value: Any, key: str, version: int) -> list[TensorSpec]:
     """The ``inputs`` or ``outputs`` entry (``key``): one object per tensor, with a
-    known dtype and dims of non-empty [min, max] ranges."""
+    known dtype and dims of non-empty [min, max] ranges. ``"max": null`` (schema 3) is
+    unbounded, and so is INT64_MAX: what version-2 writers recorded for int_oo."""
     specs = []
     for i, item in enumerate(_list(value, key)):
         where = f"{key}[{i}]"
@@ -360,8 +390,18 @@ def _tensor_specs(value: Any, key: str) -> list[TensorSpec]:
             if not isinstance(dim, dict):
                 raise _malformed(f"{where}.dims[{d}]: expected an object, got {_type_name(dim)}")
             low = _int(dim.get("min"), f"{where}.dims[{d}].min")
-            high = _int(dim.get("max"), f"{where}.dims[{d}].max")
-            if low > high:
+            if "max" in dim and dim["max"] is None:
+                if version < UNBOUNDED_SCHEMA_VERSION:
+                    raise _malformed(
+                        f"{where}.dims[{d}].max: null (unbounded) needs schema_version {UNBOUNDED_SCHEMA_VERSION}, "
+                        f"but the spec is version {version}"
+                    )
+                high = None
+            else:
+                high = _int(dim.get("max"), f"{where}.dims[{d}].max")
+                if high == INT64_MAX:
+                    high = None
+            if high is not None and low > high:
                 raise _malformed(f"{where}.dims[{d}]: the range {low}..{high} is empty")
             dims.append(DimSpec(low, high))
         specs.append(TensorSpec(tuple(dims), dtype))
@@ -390,8 +430,8 @@ def parse_document(document: Any) -> PackageSpec:
     def get(key: str, default: Any) -> Any:
         return document[key] if key in document else default
 
-    inputs = _tensor_specs(document["inputs"], "inputs")
-    outputs = _tensor_specs(get("outputs", []), "outputs")
+    inputs = _tensor_specs(document["inputs"], "inputs", version)
+    outputs = _tensor_specs(get("outputs", []), "outputs", version)
 
     shapes = []
     raw_shapes = _list(get("example_shapes", []), "example_shapes")
@@ -400,7 +440,7 @@ def parse_document(document: Any) -> PackageSpec:
     for i, raw in enumerate(raw_shapes):
         shape = tuple(_int(size, f"example_shapes[{i}][{d}]") for d, size in enumerate(_list(raw, f"example_shapes[{i}]")))
         dims = inputs[i].dims
-        if len(shape) != len(dims) or any(not dim.min <= size <= dim.max for size, dim in zip(shape, dims)):
+        if len(shape) != len(dims) or any(not dim.contains(size) for size, dim in zip(shape, dims)):
             raise _malformed(f"example_shapes[{i}]: {list(shape)} does not fit input {i}'s {inputs[i].shape_str()}")
         shapes.append(shape)
 

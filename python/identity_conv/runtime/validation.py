@@ -49,10 +49,9 @@ def check_inputs(inputs: list[InputDesc], spec: PackageSpec) -> None:
                 kind="rank",
             )
         for d, (size, dim) in enumerate(zip(given.shape, expected.dims)):
-            if not dim.min <= size <= dim.max:
-                want = str(dim.min) if dim.is_static else f"a size in [{dim.min}, {dim.max}]"
+            if not dim.contains(size):
                 raise InputError(
-                    f"{name}: dim {d} expected {want}, got {size} (shape {list(given.shape)}, package expects "
+                    f"{name}: dim {d} expected {dim.wanted()}, got {size} (shape {list(given.shape)}, package expects "
                     f"{expected.shape_str()}).",
                     kind="dim",
                 )

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 from ..errors import IdentityConvError, PackageError
 from ..locate import TRITON_BACKEND_NAME
+from ..package.dtypes import TRITON_TYPES
 from ..package.spec import DimSpec, PackageSpec, TensorSpec
 
 CONFIG_NAME = "config.pbtxt"
@@ -29,20 +30,9 @@ PARAM_TRUSTED_KEY = "trusted_key"  # a PEM public key: the backend verifies the 
 # max_batch_size is an int32 in Triton's ModelConfig.
 MAX_BATCH_SIZE_LIMIT = 2**31 - 1
 
-# Spec dtype -> Triton's tensor datatype (the inference protocol's spelling); a config
-# writes it as TYPE_<datatype>.
-DATATYPES: dict[str, str] = {
-    "float32": "FP32",
-    "float16": "FP16",
-    "bfloat16": "BF16",
-    "float64": "FP64",
-    "int64": "INT64",
-    "int32": "INT32",
-    "int16": "INT16",
-    "int8": "INT8",
-    "uint8": "UINT8",
-    "bool": "BOOL",
-}
+# Spec dtype -> Triton's data type: the dtype table's (package/dtypes.py), named here
+# for the serving code; a config writes TYPE_<datatype>.
+DATATYPES: dict[str, str] = TRITON_TYPES
 
 _MODEL_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
@@ -141,8 +131,8 @@ def default_model_name(package: str | os.PathLike[str]) -> str:
 def _data_type(spec: TensorSpec, label: str) -> str:
     if spec.dtype not in DATATYPES:
         raise PackageError(
-            f"{label} has dtype {spec.dtype}, which the Triton aoti backend does not serve; supported dtypes: "
-            f"{', '.join(DATATYPES)}",
+            f"{label} has dtype {spec.dtype}, which Triton has no data type for, so the aoti backend cannot serve "
+            f"it; export the model with tensors of a dtype Triton serves: {', '.join(DATATYPES)}",
             kind="triton_dtype",
         )
     return "TYPE_" + DATATYPES[spec.dtype]
@@ -260,13 +250,14 @@ def triton_config(
     max_batch_size = 0
     if dim is not None:
         skip = 1
-        max_batch_size = min(dim.max, MAX_BATCH_SIZE_LIMIT)
+        # An unbounded batch dim, or one past Triton's int32, is capped at its limit.
+        max_batch_size = MAX_BATCH_SIZE_LIMIT if dim.max is None else min(dim.max, MAX_BATCH_SIZE_LIMIT)
         if dim.min > 1:
             positions = ",".join(f"{i}.0" for i in range(len(spec.inputs)))
             warnings.append(
                 f"the batch dim takes {dim} items, so a request (or a batch Triton forms) of fewer than {dim.min} "
                 f"fails; to serve single items, export with a batch range from 1 (export_compile --dynamic-dim "
-                f"{positions}=1:{dim.max})"
+                f"{positions}=1:{'' if dim.max is None else dim.max})"
             )
     parameters = []
     if intra_op_threads is not None:
