@@ -650,10 +650,11 @@ def test_a_crafted_package_fails_its_load_and_the_server_keeps_serving(case, ser
     assert same_bits(triton_server.infer(served.server.http_url, "http", DEMO, inputs), inputs)
 
 
-def test_rolling_through_package_versions_keeps_two_free_loaders(served: Served) -> None:
-    """One model name served from six packages in turn (other bytes each): the pool
-    keeps the two loaders freed last and destroys older free ones, so versions do not
-    pile up their weights (before: every version's loader stayed until shutdown)."""
+def test_rolling_through_package_versions_keeps_two_idle_packages(served: Served) -> None:
+    """One model name served from six packages in turn (other bytes each): the pool keeps
+    the loaders of the two packages no model holds that were freed last and destroys
+    older ones, so versions do not pile up their weights (before: every version's loader
+    stayed until shutdown)."""
     name = "rolled"
     copy_model(served, DEMO, name)
     package = served.repository / name / "1" / "model.pt2"
@@ -678,5 +679,7 @@ def test_rolling_through_package_versions_keeps_two_free_loaders(served: Served)
         assert found, lines[0]
         counts.append((int(found.group(1)), int(found.group(2))))
     print(f"(loaders, in use) at each load: {counts}")
-    assert all(held - lent <= 2 for held, lent in counts), counts
+    # Versions 1 and 2 may stay as the two idle packages; from version 3 on, each load
+    # evicts one: the count of loaders stops growing.
+    assert counts[-1][0] <= counts[2][0], counts
     assert served.server.running()

@@ -6,6 +6,7 @@
 #include "preflight.h"
 #include "torch_lock.h"
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -65,38 +66,42 @@ struct Pool {
   uint64_t clock = 0;
 };
 
-// Free loaders kept for a reload of the same package. Beyond these, the loader freed
-// longest ago is destroyed: its weights and extracted folder go, and only its model
-// library stays mapped (glibc cannot unmap it). So rolling through package versions
-// costs one library mapping each, not one loaded model each.
-constexpr size_t kKeptFreeLoaders = 2;
+// Packages whose loaders are all free, kept for a reload of the same package. Beyond
+// these, the loaders of the package freed longest ago are destroyed: their weights and
+// extracted folders go, and only their model libraries stay mapped (glibc cannot unmap
+// them). So rolling through package versions costs one library mapping per version and
+// runner, not one loaded model; a package still served by any model keeps every loader
+// it has, so models that load and unload together never rebuild theirs.
+constexpr size_t kKeptFreePackages = 2;
 
-// Takes the free loaders beyond kKeptFreeLoaders out of the pool (the caller holds its
-// lock and destroys them after releasing it).
+// Takes the loaders of packages beyond kKeptFreePackages out of the pool (the caller
+// holds its lock and destroys them after releasing it).
 std::vector<std::shared_ptr<LoaderLease::Slot>> evict_free_loaders(Pool& shared) {
-  std::vector<std::shared_ptr<LoaderLease::Slot>> evicted;
-  while (true) {
-    size_t free_count = 0;
-    std::vector<std::shared_ptr<LoaderLease::Slot>>* oldest_list = nullptr;
-    size_t oldest_index = 0;
-    for (auto& [key, slots] : shared.slots) {
-      for (size_t i = 0; i < slots.size(); ++i) {
-        if (slots[i]->lent) {
-          continue;
-        }
-        ++free_count;
-        if (oldest_list == nullptr || slots[i]->freed < (*oldest_list)[oldest_index]->freed) {
-          oldest_list = &slots;
-          oldest_index = i;
-        }
-      }
+  std::vector<std::pair<uint64_t, PoolKey>> idle;  // (last freed, key) of packages no model holds
+  for (const auto& [key, slots] : shared.slots) {
+    uint64_t last_freed = 0;
+    bool lent = false;
+    for (const auto& slot : slots) {
+      lent = lent || slot->lent;
+      last_freed = std::max(last_freed, slot->freed);
     }
-    if (free_count <= kKeptFreeLoaders) {
-      return evicted;
+    if (!lent && !slots.empty()) {
+      idle.emplace_back(last_freed, key);
     }
-    evicted.push_back(std::move((*oldest_list)[oldest_index]));
-    oldest_list->erase(oldest_list->begin() + static_cast<std::ptrdiff_t>(oldest_index));
   }
+  std::vector<std::shared_ptr<LoaderLease::Slot>> evicted;
+  if (idle.size() <= kKeptFreePackages) {
+    return evicted;
+  }
+  std::sort(idle.begin(), idle.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = kKeptFreePackages; i < idle.size(); ++i) {
+    auto found = shared.slots.find(idle[i].second);
+    for (auto& slot : found->second) {
+      evicted.push_back(std::move(slot));
+    }
+    shared.slots.erase(found);
+  }
+  return evicted;
 }
 
 Pool& pool() {
@@ -104,7 +109,6 @@ Pool& pool() {
   static auto* instance = new Pool;
   return *instance;
 }
-
 
 }  // namespace
 

@@ -37,8 +37,9 @@ std::vector<at::Tensor> run_package(const std::string& path, const std::vector<a
 // loader built afresh on every reload would map one more copy each time. The pool keeps
 // loaders keyed by the package's SHA-256, runner count and device, and lends a free one
 // when the same package is loaded again: reloads then map nothing new. The lease gives
-// the loader back when destroyed; the pool keeps the two loaders freed last (with their
-// extracted files) and destroys older free ones, whose model libraries alone stay mapped.
+// the loader back when destroyed. A package no model holds keeps its loaders (and their
+// extracted files) while it is one of the two such packages freed last; older ones are
+// destroyed, and only their model libraries stay mapped.
 class LoaderLease {
  public:
   struct Slot;
