@@ -124,7 +124,7 @@ VALUE_DTYPES: dict[str, tuple[int, int]] = {
 class ValueRange:
     """The values an integer input may hold, inclusive: where it indexes a tensor,
     any other value makes the compiled kernel abort the process. ``why`` says what
-    it indexes (e.g. "embedding of 1000 rows"), for messages."""
+    it indexes (e.g. "embedding rows 0..999"), for messages."""
 
     min: int
     max: int

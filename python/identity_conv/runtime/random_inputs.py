@@ -3,8 +3,8 @@ asked for (--input-shape, checked against the spec), else the recorded example s
 (else each dynamic dim at its minimum); standard normal values drawn in float32 on the
 CPU, one input after the other from one generator, then cast, so every runtime draws
 the same bits. An integer input with a recorded value range draws uniform int64 values
-in it (``random_``) from the same generator, then is cast. Pairs with cpp_runtime/core/random_inputs.cpp
-(tests/contract/random_vectors.json)."""
+in it (``random_``) from the same generator, then is cast. Pairs with
+cpp_runtime/core/random_inputs.cpp (tests/contract/random_vectors.json)."""
 
 from __future__ import annotations
 
@@ -68,5 +68,6 @@ def _draw(shape: tuple[int, ...], tensor_spec: TensorSpec, generator: object) ->
         return torch.randn(shape, generator=generator).to(DTYPES[tensor_spec.dtype])
     # random_'s upper bound is exclusive; None draws up to int64's largest value.
     low, high = tensor_spec.values.min, tensor_spec.values.max
-    drawn = torch.empty(shape, dtype=torch.int64).random_(low, None if high == INT64_MAX else high + 1, generator=generator)
+    upper = None if high == INT64_MAX else high + 1
+    drawn = torch.empty(shape, dtype=torch.int64).random_(low, upper, generator=generator)
     return drawn.to(getattr(torch, tensor_spec.dtype))

@@ -125,8 +125,9 @@ def check_values(inputs: list, spec: PackageSpec) -> None:
 
 
 def validate_inputs(inputs: list, spec: PackageSpec) -> list:
-    """Check the tensors (``check_inputs``, then ``check_values``) and return them ready for AOTI: lazy
-    negation/conjugation applied and contiguous (AOTI reads dense row-major buffers)."""
+    """Check the tensors (``check_inputs``, then ``check_values``) and return them
+    ready for AOTI: lazy negation/conjugation applied and contiguous (AOTI reads
+    dense row-major buffers)."""
     check_inputs([InputDesc.of(tensor) for tensor in inputs], spec)
     check_values(inputs, spec)
     return [tensor.resolve_conj().resolve_neg().contiguous() for tensor in inputs]
