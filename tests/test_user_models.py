@@ -370,7 +370,8 @@ def test_random_inputs_only_for_float_dtypes_in_both_runtimes(scale_shift, build
                                 {"dtype": "float32", "dims": dims((16, 16))}])
     py = CliRunner().invoke(run_inference_app, [str(package)])
     cpp = run_cmd(build.runner, package)
-    message = "cannot generate a random input of dtype int64 (random inputs are float16, bfloat16, float32, float64); pass --inputs FILE."
+    message = ("cannot generate a random input of dtype int64 (random inputs are float16, bfloat16, float32, float64, "
+               "or an integer input with a recorded value range); pass --inputs FILE.")
     assert py.exit_code == 2 and message in py.output, py.output
     assert cpp.returncode == 2 and message in cpp.stderr, cpp.stderr
 
