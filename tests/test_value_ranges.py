@@ -83,8 +83,11 @@ def test_the_package_records_each_index_inputs_values(lookup_package: UserPackag
 def test_both_inspections_show_the_ranges(lookup_package: UserPackage, build: Build, tmp_path: Path) -> None:
     cpp = run_cmd(build.runner, lookup_package.path, "--inspect")
     assert cpp.returncode == 0, cpp.stderr
-    assert "input[0] values: 0..999 (embedding rows 0..999)" in cpp.stdout
-    assert f"input[3] values: -9..8 ({SLOTS.why})" in cpp.stdout
+    cpp_rows = [tuple(line.split(": ", 1)) if ": " in line else (line.rstrip(":"), "")
+                for line in cpp.stdout.splitlines()[1:]]
+    assert cpp_rows == read_package_spec(lookup_package.path).describe()
+    assert cpp_rows[:2] == [("input[0]", "[1..8, 64] int64"), ("input[0] values", "0..999 (embedding rows 0..999)")]
+    assert ("input[3] values", f"-9..8 ({SLOTS.why})") in cpp_rows
     py = run_cli("inspect_package", lookup_package.path, "--json", cwd=tmp_path, build=build)
     assert py.returncode == 0, py.stderr
     assert '"why": "embedding rows 0..999"' in py.stdout
