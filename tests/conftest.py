@@ -158,6 +158,24 @@ def two_library(tmp_path_factory: pytest.TempPathFactory, build: Build, op_libra
     return UserPackage(out / "model.pt2", out / "ref", code, output)
 
 
+# LookupModel's batch, shared by its four integer inputs (examples/index_models.py).
+LOOKUP_DYNAMIC_BATCH = "0.0,1.0,2.0,3.0=1:8"
+
+
+@pytest.fixture(scope="session")
+def lookup_package(tmp_path_factory: pytest.TempPathFactory) -> UserPackage:
+    """The one package whose integer inputs index tensors (embedding, index_select,
+    gather, tensor indexing), batch 1..8: compiled once for the value-range tests and
+    the Triton test."""
+    out = tmp_path_factory.mktemp("lookup")
+    code, output = _export([
+        "--model", "examples.index_models:lookup_model", "--dynamic-dim", LOOKUP_DYNAMIC_BATCH,
+        "--save-reference", str(out / "ref"), "--output", str(out / "model.pt2"),
+    ])
+    assert code == 0, output
+    return UserPackage(out / "model.pt2", out / "ref", code, output)
+
+
 def run_cmd(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
     """Run a command with text output captured; never raises on a non-zero exit."""
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300, **kwargs)

@@ -6,6 +6,7 @@ vector's expected verdict. Wording may differ between the sides; verdicts may no
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import tempfile
 from pathlib import Path
@@ -119,7 +120,8 @@ def _python_verdict(suite: str, vector: dict) -> object:
             return "ok"
         if suite == "validation":
             inputs = [
-                InputDesc(i["dtype"], tuple(i["shape"]), i.get("device", "cpu"), i.get("layout", "strided"))
+                InputDesc(i["dtype"], tuple(i["shape"]), i.get("device", "cpu"), i.get("layout", "strided"),
+                          tuple(i["values"]) if "values" in i else None)
                 for i in vector["inputs"]
             ]
             check_inputs(inputs, _spec(vector))
@@ -259,6 +261,37 @@ def test_a_malformed_output_gets_the_same_message_as_an_input_in_both(cpp_verdic
     with pytest.raises(SpecError) as output_error:
         parse_document(as_output)
     assert str(output_error.value) == str(input_error.value).replace("inputs[0]", "outputs[0]")
+
+
+def test_a_bad_value_gets_the_vector_line_in_both(cpp_verdicts):
+    """An out-of-range index value is refused with one line, the same in both runtimes."""
+    cases = [v for v in _vectors("validation") if "message" in v]
+    assert len(cases) >= 5
+    for vector in cases:
+        with pytest.raises(IdentityConvError) as error:
+            _python_verdict_raising(vector)
+        assert str(error.value) == vector["message"], vector["name"]
+        assert cpp_verdicts["validation"][vector["name"]]["message"] == vector["message"], vector["name"]
+
+
+def _python_verdict_raising(vector: dict) -> None:
+    inputs = [InputDesc(i["dtype"], tuple(i["shape"]), values=tuple(i.get("values", ()))) for i in vector["inputs"]]
+    check_inputs(inputs, _spec(vector))
+
+
+def test_a_tensor_check_finds_the_value_the_vector_names():
+    """check_values on real tensors (what the runtimes call) reaches the vectors' line."""
+    from identity_conv.runtime.validation import check_values
+
+    for vector in [v for v in _vectors("validation") if "message" in v]:
+        spec = _spec(vector)
+        tensors = [
+            torch.tensor(i.get("values", [0] * math.prod(i["shape"])), dtype=getattr(torch, i["dtype"])).reshape(i["shape"])
+            for i in vector["inputs"]
+        ]
+        with pytest.raises(IdentityConvError) as error:
+            check_values(tensors, spec)
+        assert str(error.value) == vector["message"], vector["name"]
 
 
 def test_python_written_document_parses_the_same_in_cpp(build, tmp_path):

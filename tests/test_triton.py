@@ -683,3 +683,47 @@ def test_rolling_through_package_versions_keeps_two_idle_packages(served: Served
     # evicts one: the count of loaders stops growing.
     assert counts[-1][0] <= counts[2][0], counts
     assert served.server.running()
+
+
+def test_an_index_out_of_range_fails_its_request_alone(served: Served, lookup_package) -> None:
+    """Concurrent requests of one shape to a batching model whose integer inputs index
+    tensors, two of them with an index out of range. Before the value check, one such
+    request aborted the whole server from the compiled kernel's OpenMP region. Now each
+    bad one gets its own line, the good ones (batched together) their bits, and the
+    server keeps serving."""
+    import sys
+
+    from conftest import REPO_ROOT
+
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    from examples.index_models import LookupModel, lookup_inputs
+
+    name = "lookup"
+    write_repository(lookup_package.path, served.repository, name=name, max_queue_delay_us=20000)
+    served.server.load_model(name)
+    try:
+        requests = [list(lookup_inputs(batch=1, seed=300 + i)) for i in range(8)]
+        requests[2][0][0, 3] = 5000
+        requests[5][3][0, 1] = -10
+        bad = {
+            2: "input[0]: value 5000 at [0, 3] is outside [0, 999] (this input indexes: embedding rows 0..999).",
+            5: "input[3]: value -10 at [0, 1] is outside [-9, 8]",
+        }
+        before = triton_server.model_statistics(served.server.http_url, name)
+        results = send_concurrently(served, name, requests)
+        after = triton_server.model_statistics(served.server.http_url, name)
+        model = LookupModel()
+        for i, (sent, got) in enumerate(zip(requests, results)):
+            if i in bad:
+                assert isinstance(got, triton_server.ServingError) and bad[i] in str(got), got
+                continue
+            with torch.no_grad():
+                expected = list(model(*sent))
+            assert isinstance(got, list) and same_bits(got, expected), got
+        assert after.inference_count - before.inference_count == len(requests) - len(bad)
+        assert served.server.running()
+        good = model_inputs(DEMO, "random", seed=31)
+        assert same_bits(triton_server.infer(served.server.http_url, "http", DEMO, good), good)
+    finally:
+        unload_and_wait(served.server, name)

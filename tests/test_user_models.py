@@ -381,7 +381,8 @@ def test_random_inputs_only_for_float_dtypes_in_both_runtimes(build, tmp_path):
     cpp = run_cmd(build.dir / "contract_vectors", "random", vectors)
     assert cpp.returncode == 0, cpp.stderr
     cpp_verdict = json.loads(cpp.stdout)["int"]
-    message = "cannot generate a random input of dtype int64 (random inputs are float16, bfloat16, float32, float64); pass --inputs FILE."
+    message = ("cannot generate a random input of dtype int64 (random inputs are float16, bfloat16, float32, float64, "
+               "or an integer input with a recorded value range); pass --inputs FILE.")
     assert message in str(python_error.value)
     assert cpp_verdict["error"] == "random_dtype" and message in cpp_verdict["message"], cpp_verdict
 

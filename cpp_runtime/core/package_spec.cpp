@@ -126,6 +126,49 @@ Tolerance get_tolerance(const json& value, const std::string& where) {
   return tolerance;
 }
 
+// An input's "values" entry: integers min <= max that the input's (integer) dtype
+// holds, and a string "why".
+ValueRange get_value_range(const json& value, const std::string& dtype, const std::string& where) {
+  static const std::map<std::string, std::pair<int64_t, int64_t>> kHeld = {
+      {"uint8", {0, 255}},
+      {"int8", {-128, 127}},
+      {"int16", {-32768, 32767}},
+      {"int32", {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()}},
+      {"int64", {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()}},
+  };
+  if (!value.is_object()) {
+    throw malformed(where + ": expected an object, got " + type_name(value));
+  }
+  const auto held = kHeld.find(dtype);
+  if (held == kHeld.end()) {
+    throw malformed(where + ": a value range applies to an integer input (uint8, int8, int16, int32, int64), got " +
+                    dtype);
+  }
+  ValueRange range;
+  const char* keys[] = {"min", "max"};
+  int64_t* bounds[] = {&range.min, &range.max};
+  for (int k = 0; k < 2; ++k) {
+    const auto& bound = member(value, keys[k]);
+    const bool fits = bound.is_number_integer() &&
+                      (!bound.is_number_unsigned() ||
+                       bound.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+    if (!fits) {
+      throw malformed(where + "." + keys[k] + ": expected a 64-bit integer, got " + brief_json(bound));
+    }
+    *bounds[k] = bound.get<int64_t>();
+  }
+  const auto range_text = std::to_string(range.min) + ".." + std::to_string(range.max);
+  if (range.min > range.max) {
+    throw malformed(where + ": the range " + range_text + " is empty");
+  }
+  if (range.min < held->second.first || range.max > held->second.second) {
+    throw malformed(where + ": the range " + range_text + " does not fit " + dtype);
+  }
+  const auto& why = member(value, "why");
+  range.why = why.is_null() ? std::string() : get_string(why, where + ".why");
+  return range;
+}
+
 // The "inputs" or "outputs" entry (key): one object per tensor, with a known dtype and
 // dims of non-empty [min, max] ranges. "max": null (schema 3) is unbounded, and so is
 // int64's largest value: what version-2 writers recorded for torch.export's int_oo.
@@ -171,6 +214,9 @@ std::vector<TensorSpec> get_tensor_specs(const json& value, const std::string& k
       }
       tensor.dims.push_back(dim);
     }
+    if (const auto& values = member(item, "values"); !values.is_null()) {
+      tensor.values = get_value_range(values, tensor.dtype, where + ".values");
+    }
     specs.push_back(tensor);
   }
   return specs;
@@ -184,12 +230,23 @@ json tensor_specs_document(const std::vector<TensorSpec>& specs) {
     for (const auto& d : spec.dims) {
       dims.push_back({{"min", d.min}, {"max", d.max ? json(*d.max) : json(nullptr)}});
     }
-    items.push_back({{"dtype", spec.dtype}, {"dims", dims}});
+    json item = {{"dtype", spec.dtype}, {"dims", dims}};
+    if (spec.values) {  // written only when recorded, as in Python
+      item["values"] = {{"min", spec.values->min}, {"max", spec.values->max}, {"why", spec.values->why}};
+    }
+    items.push_back(item);
   }
   return items;
 }
 
 }  // namespace
+
+std::string ValueRange::str() const {
+  // Appended, as in format_shape: gcc 12 warns (-Wrestrict) on const char* + std::string&&.
+  std::string out("[");
+  out.append(std::to_string(min)).append(", ").append(std::to_string(max)).append("]");
+  return out;
+}
 
 std::string OpRef::str() const {
   return !overload || *overload == "default" ? name : name + "." + *overload;
@@ -605,6 +662,14 @@ std::vector<std::pair<std::string, std::string>> describe_package(const PackageS
     }
   };
   tensor_rows("input", spec.inputs);
+  // Each input's value range under its row, as inspect_package shows it.
+  for (size_t i = spec.inputs.size(); i-- > 0;) {
+    if (const auto& values = spec.inputs[i].values) {
+      rows.insert(rows.begin() + static_cast<std::ptrdiff_t>(i + 1),
+                  {"input[" + std::to_string(i) + "] values",
+                   std::to_string(values->min) + ".." + std::to_string(values->max) + " (" + values->why + ")"});
+    }
+  }
   tensor_rows("output", spec.outputs);
   const auto aoti = [&](const std::string& key) {
     const auto it = spec.aoti.find(key);

@@ -46,9 +46,21 @@ struct DimSpec {
   std::string wanted() const;
 };
 
+// The values an integer input may hold, inclusive: where it indexes a tensor, any
+// other value makes the compiled kernel abort the process (the check sits in an
+// OpenMP region). `why` says what it indexes, for messages.
+struct ValueRange {
+  int64_t min = 0;
+  int64_t max = 0;
+  std::string why;
+  std::string str() const;  // "[min, max]"
+};
+
 struct TensorSpec {
   std::vector<DimSpec> dims;
   std::string dtype;  // Python spelling: "float32", "bfloat16", ...
+  // Inputs only, when export saw (or was told) which values index a tensor.
+  std::optional<ValueRange> values;
 };
 
 // A custom op the package calls, with its overload ("default" for the unnamed one);

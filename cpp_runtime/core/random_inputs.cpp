@@ -7,14 +7,17 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <limits>
+#include <optional>
+
 namespace aoti_runner {
 
 Shapes random_input_shapes(const PackageSpec& spec, const std::optional<Shapes>& shapes) {
   for (const auto& input : spec.inputs) {
-    if (!is_export_dtype(input.dtype)) {
+    if (!is_export_dtype(input.dtype) && !input.values) {
       throw RunnerError("cannot generate a random input of dtype " + input.dtype +
-                            " (random inputs are float16, bfloat16, float32, float64); pass "
-                            "--inputs FILE.",
+                            " (random inputs are float16, bfloat16, float32, float64, or an integer "
+                            "input with a recorded value range); pass --inputs FILE.",
                         "random_dtype");
     }
   }
@@ -61,8 +64,17 @@ std::vector<at::Tensor> make_random_inputs(const PackageSpec& spec, uint64_t see
   auto generator = at::detail::createCPUGenerator(seed);
   std::vector<at::Tensor> inputs;
   for (size_t i = 0; i < shapes.size(); ++i) {
-    auto t = at::randn(shapes[i], generator, at::TensorOptions().dtype(at::kFloat))
-                 .to(*dtype_from_name(spec.inputs[i].dtype));
+    const auto dtype = *dtype_from_name(spec.inputs[i].dtype);
+    at::Tensor t;
+    if (const auto& values = spec.inputs[i].values) {
+      // As in Python: uniform int64 in the range from the same generator, then cast;
+      // random_'s upper bound is exclusive, and none draws up to int64's largest value.
+      const auto to = values->max == std::numeric_limits<int64_t>::max() ? std::optional<int64_t>()
+                                                                          : std::optional<int64_t>(values->max + 1);
+      t = at::empty(shapes[i], at::TensorOptions().dtype(at::kLong)).random_(values->min, to, generator).to(dtype);
+    } else {
+      t = at::randn(shapes[i], generator, at::TensorOptions().dtype(at::kFloat)).to(dtype);
+    }
     if (spec.device != "cpu") {
       t = t.to(at::Device(spec.device));
     }

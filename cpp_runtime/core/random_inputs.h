@@ -2,7 +2,9 @@
 // (--input-shape, checked against the spec), else the recorded example shapes (else
 // each dim at its minimum); standard normal values drawn in float32 on the CPU, one
 // input after the other from one generator, then cast, so both runtimes draw the same
-// bits. Pairs with python/identity_conv/runtime/random_inputs.py
+// bits. An integer input with a recorded value range draws uniform int64 values in it
+// (random_) from the same generator, then is cast. Pairs with
+// python/identity_conv/runtime/random_inputs.py
 // (tests/contract/random_vectors.json).
 #pragma once
 

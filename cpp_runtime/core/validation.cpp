@@ -51,6 +51,49 @@ InputDesc describe_input(const at::Tensor& t) {
   return desc;
 }
 
+namespace {
+
+// The index tuple of element k (row-major) of a tensor of `shape`.
+std::vector<int64_t> position_of(int64_t k, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> position(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    position[d] = k % shape[d];
+    k /= shape[d];
+  }
+  return position;
+}
+
+// Worded as value_error in python/identity_conv/runtime/validation.py.
+RunnerError value_error(size_t index, int64_t value, const std::vector<int64_t>& position,
+                        const ValueRange& allowed) {
+  return RunnerError("input[" + std::to_string(index) + "]: value " + std::to_string(value) + " at " +
+                         format_sizes(position) + " is outside " + allowed.str() +
+                         " (this input indexes: " + allowed.why + "). Pass values in " + allowed.str() + ".",
+                     "value");
+}
+
+}  // namespace
+
+void check_input_values(size_t index, const at::Tensor& input, const PackageSpec& spec) {
+  if (index >= spec.inputs.size() || !spec.inputs[index].values || input.numel() == 0) {
+    return;
+  }
+  const auto& allowed = *spec.inputs[index].values;
+  const auto outside = input.lt(allowed.min).logical_or(input.gt(allowed.max)).reshape({-1});
+  if (!outside.any().item<bool>()) {
+    return;
+  }
+  const auto k = outside.nonzero()[0][0].item<int64_t>();
+  const auto value = input.reshape({-1})[k].item<int64_t>();
+  throw value_error(index, value, position_of(k, input.sizes().vec()), allowed);
+}
+
+void check_values(const std::vector<at::Tensor>& inputs, const PackageSpec& spec) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    check_input_values(i, inputs[i], spec);
+  }
+}
+
 void check_inputs(const std::vector<InputDesc>& inputs, const PackageSpec& spec) {
   if (inputs.size() != spec.inputs.size()) {
     throw RunnerError("wrong number of inputs: the package expects " +
@@ -114,6 +157,19 @@ void check_inputs(const std::vector<InputDesc>& inputs, const PackageSpec& spec)
       }
     }
   }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const auto& allowed = spec.inputs[i].values;
+    const auto& given = inputs[i].values;
+    if (!allowed || !given) {
+      continue;
+    }
+    for (size_t k = 0; k < given->size(); ++k) {
+      const auto value = (*given)[k];
+      if (value < allowed->min || value > allowed->max) {
+        throw value_error(i, value, position_of(static_cast<int64_t>(k), inputs[i].shape), *allowed);
+      }
+    }
+  }
 }
 
 std::vector<at::Tensor> validate_inputs(const std::vector<at::Tensor>& inputs,
@@ -123,6 +179,7 @@ std::vector<at::Tensor> validate_inputs(const std::vector<at::Tensor>& inputs,
     descs.push_back(describe_input(t));
   }
   check_inputs(descs, spec);
+  check_values(inputs, spec);
   std::vector<at::Tensor> ready;
   for (const auto& t : inputs) {
     ready.push_back(t.resolve_conj().resolve_neg().contiguous());

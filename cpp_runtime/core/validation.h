@@ -22,15 +22,26 @@ struct InputDesc {
   std::vector<int64_t> shape;
   std::string device = "cpu";
   std::string layout = "strided";
+  // The elements in row-major order, when known (the contract vectors give them);
+  // runtimes check tensors' values with check_values instead.
+  std::optional<std::vector<int64_t>> values;
 };
 
 InputDesc describe_input(const at::Tensor& t);
 
 // Throws a one-line RunnerError on the first mismatch. Kinds: count, rank, dim, dtype,
-// device, layout, shared_dim.
+// device, layout, shared_dim, value (only for inputs whose values are given).
 void check_inputs(const std::vector<InputDesc>& inputs, const PackageSpec& spec);
 
-// check_inputs on the tensors, then copies ready for AOTI (lazy negation/conjugation
+// Throws a one-line RunnerError (kind "value") for the first element, in row-major
+// order, of input `index` outside its recorded value range; none when it has no range.
+// Call after check_inputs passed (the dtypes match).
+void check_input_values(size_t index, const at::Tensor& input, const PackageSpec& spec);
+
+// check_input_values on every input.
+void check_values(const std::vector<at::Tensor>& inputs, const PackageSpec& spec);
+
+// check_inputs and check_values on the tensors, then copies ready for AOTI (lazy negation/conjugation
 // applied, contiguous: AOTI reads dense row-major buffers).
 std::vector<at::Tensor> validate_inputs(const std::vector<at::Tensor>& inputs,
                                         const PackageSpec& spec);

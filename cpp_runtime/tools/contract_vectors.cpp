@@ -123,6 +123,9 @@ json run_vector(const std::string& suite, const json& vector) {
         desc.shape = item.at("shape").get<std::vector<int64_t>>();
         desc.device = item.value("device", "cpu");
         desc.layout = item.value("layout", "strided");
+        if (item.contains("values")) {
+          desc.values = item.at("values").get<std::vector<int64_t>>();
+        }
         inputs.push_back(desc);
       }
       aoti_runner::check_inputs(inputs, spec);

@@ -136,6 +136,13 @@ std::vector<at::Tensor> read_request_inputs(TRITONBACKEND_Request* request, cons
     if (dtype == at::kBool && tensors.back().numel() > 0 && tensors.back().view(at::kByte).gt(1).any().item<bool>()) {
       throw RunnerError(handles[i].name + ": a BOOL input must hold bytes 0 or 1, got other values.");
     }
+    // An index out of range would abort the whole server from the compiled kernel's
+    // OpenMP region: this request is refused instead, alone.
+    try {
+      aoti_runner::check_input_values(i, tensors.back(), spec);
+    } catch (const RunnerError& e) {
+      throw RunnerError(std::string(e.what()) + " (the request's " + kInputPrefix + "i is the package's input[i])", e.kind());
+    }
   }
   return tensors;
 }

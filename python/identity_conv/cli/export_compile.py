@@ -29,7 +29,7 @@ from ..compiler.pipeline import (
     export_and_compile,
 )
 from ..verify.tolerance import FAILED, list_verdict, verdict_line
-from .parsing import parse_dynamic_dim, parse_model_args, parse_shape
+from .parsing import parse_dynamic_dim, parse_input_values, parse_model_args, parse_shape
 from .common import (
     AtolOption,
     BitwiseOption,
@@ -181,6 +181,15 @@ def export_compile(
             help="A dim that may vary at run time: INPUT.DIM=MIN:MAX, e.g. 0.0=1:64 (input 0, dim 0); "
             "MIN: with no MAX (0.0=1:) has no upper bound. "
             "Positions that must share one size go together: 0.0,1.0=1:64. Repeatable.",
+            rich_help_panel=MODEL_PANEL,
+        ),
+    ] = None,
+    input_values: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            help="The values an integer input may hold: INPUT=MIN:MAX, e.g. 0=0:999 (input 0, ids 0 to 999). "
+            "Export records the range of an input that indexes a tensor itself; give it where an id is "
+            "computed before it indexes. The runners refuse values outside it. Repeatable.",
             rich_help_panel=MODEL_PANEL,
         ),
     ] = None,
@@ -347,6 +356,7 @@ def export_compile(
             model_args=parse_model_args(model_arg or []),
             input_shapes=[parse_shape(text) for text in input_shape or []],
             dynamic_dims=[parse_dynamic_dim(text) for text in dynamic_dim or []],
+            input_values=parse_input_values(input_values or []),
             fake_modules=list(fake_module or []),
             save_reference=save_reference,
             allow_python_ops=allow_python_ops,
@@ -422,6 +432,8 @@ def export_compile(
         )
     for i, spec in enumerate(result.spec.inputs):
         table.add_row(f"input[{i}] spec", f"{spec.shape_str()} {spec.dtype} on {device.value}")
+        if spec.values is not None:
+            table.add_row(f"input[{i}] values", f"{spec.values.min}..{spec.values.max} ({spec.values.why})")
     table.add_row("optimizations", result.spec.optimizations)
     table.add_row("custom ops", ", ".join(result.calls.ops))
     table.add_row("torchbind classes", ", ".join(result.calls.classes))

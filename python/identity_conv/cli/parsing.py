@@ -46,6 +46,31 @@ def parse_dynamic_dim(text: str) -> DynamicDim:
     return DynamicDim(tuple(positions), low_value, high_value)
 
 
+_INPUT_VALUES = re.compile(r"^(\d+)=(-?\d+):(-?\d+)$")
+
+
+def parse_input_values(texts: Sequence[str]) -> dict[int, tuple[int, int]]:
+    """``["0=0:999"]`` -> ``{0: (0, 999)}``: input 0 holds values 0 to 999.
+
+    Raises:
+        InputError: a text does not follow INPUT=MIN:MAX, MIN > MAX, or an input twice.
+    """
+    ranges: dict[int, tuple[int, int]] = {}
+    for text in texts:
+        match = _INPUT_VALUES.match(text.replace(" ", ""))
+        if not match:
+            raise InputError(
+                f"--input-values {text!r}: expected INPUT=MIN:MAX, e.g. 0=0:999 (input 0 holds values 0 to 999)"
+            )
+        i, low, high = (int(group) for group in match.groups())
+        if low > high:
+            raise InputError(f"--input-values {text!r}: the range is empty; expected MIN <= MAX")
+        if i in ranges:
+            raise InputError(f"--input-values {text!r}: input {i} has a range already; give one per input")
+        ranges[i] = (low, high)
+    return ranges
+
+
 def parse_shape(text: str) -> tuple[int, ...]:
     """``"1,3,224,224"`` -> (1, 3, 224, 224); an empty text is a 0-d tensor."""
     try:

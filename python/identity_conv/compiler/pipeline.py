@@ -38,6 +38,7 @@ from .export import (
 from ..models.identity import IDENTITY_CLASS, MODEL_VARIANTS, IdentityModel, IdentityOutModel
 from ..ops.loader import LIBRARY_NAME, libraries_for, load_op_libraries, load_op_library, namespaces_by_library
 from .optimize import optimize_program
+from .value_ranges import record_value_ranges
 from ..package.archive import read_package_spec, rewrite_package_metadata
 from ..package.dtypes import DTYPES, dtype_name
 from ..package.spec import OpRef, PackageSpec
@@ -89,6 +90,9 @@ class BuildConfig:
     model_args: dict[str, object] = field(default_factory=dict)
     input_shapes: list[tuple[int, ...]] = field(default_factory=list)
     dynamic_dims: list[DynamicDim] = field(default_factory=list)
+    # Value ranges of integer inputs (input index -> inclusive (min, max)) where the
+    # export's own analysis cannot see them (value_ranges.py); intersected with it.
+    input_values: dict[int, tuple[int, int]] = field(default_factory=dict)
     # Write the example inputs, the package's and eager's outputs here (inputs.pt,
     # expected.pt, eager.pt).
     save_reference: Path | None = None
@@ -170,6 +174,8 @@ class BuildConfig:
                     "give dynamic dims with --dynamic-dim INPUT.DIM=MIN:MAX"
                 )
             return
+        if self.input_values:
+            raise InputError("--input-values applies to a model given with --model; the IdentityModel takes no integer input")
         if self.input_shapes or self.dynamic_dims or self.model_args:
             raise InputError(
                 "--input-shape, --dynamic-dim and --model-arg apply to a model given with --model; "
@@ -442,7 +448,7 @@ def _export_and_compile_package(
 
     with stage("compile"):
         spec = PackageSpec(
-            inputs=input_specs(program),
+            inputs=record_value_ranges(program, input_specs(program), config.input_values),
             outputs=output_specs(program),
             device=config.device,
             torch_version=torch.__version__,
@@ -708,6 +714,8 @@ def _cache_key(
         "allow_python_ops": config.allow_python_ops,
         "fake_modules": list(config.fake_modules),
         "cpu_target": config.cpu_target,
+        # Only when given, so the keys of packages built without it stay as they were.
+        **({"input_values": sorted(config.input_values.items())} if config.input_values else {}),
     }
     modules = list(config.fake_modules) + ([config.model.split(":")[0]] if config.model else [])
     return cache_key(model, inputs, traced, libraries, modules, options, target_cpu_flags(config.cpu_target))

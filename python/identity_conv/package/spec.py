@@ -133,17 +133,49 @@ class DimSpec:
         return f"{self.min}..{'unbounded' if self.max is None else self.max}"
 
 
+# The integer dtypes a value range may apply to, and the values each holds.
+VALUE_DTYPES: dict[str, tuple[int, int]] = {
+    "uint8": (0, 2**8 - 1),
+    "int8": (-(2**7), 2**7 - 1),
+    "int16": (-(2**15), 2**15 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "int64": (-(2**63), 2**63 - 1),
+}
+
+
+@dataclass(frozen=True)
+class ValueRange:
+    """The values an integer input may hold, inclusive: where it indexes a tensor,
+    any other value makes the compiled kernel abort the process. ``why`` says what
+    it indexes (e.g. "embedding rows 0..999"), for messages."""
+
+    min: int
+    max: int
+    why: str = ""
+
+    def __str__(self) -> str:
+        return f"[{self.min}, {self.max}]"
+
+    def to_document(self) -> dict[str, Any]:
+        return {"min": self.min, "max": self.max, "why": self.why}
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     dims: tuple[DimSpec, ...]
     dtype: str
+    # Inputs only, and only when export saw (or was told) which values index a tensor.
+    values: ValueRange | None = None
 
     def shape_str(self) -> str:
         return "[" + ", ".join(str(d) for d in self.dims) + "]"
 
     def to_document(self) -> dict[str, Any]:
         """An ``inputs`` or ``outputs`` item of the spec document."""
-        return {"dtype": self.dtype, "dims": [{"min": d.min, "max": d.max} for d in self.dims]}
+        document: dict[str, Any] = {"dtype": self.dtype, "dims": [{"min": d.min, "max": d.max} for d in self.dims]}
+        if self.values is not None:  # written only when recorded: older packages have none
+            document["values"] = self.values.to_document()
+        return document
 
 
 @dataclass(frozen=True)
@@ -253,6 +285,9 @@ class PackageSpec:
             for name, specs in (("input", self.inputs), ("output", self.outputs))
             for i, spec in enumerate(specs)
         ]
+        for i in reversed(range(len(self.inputs))):  # each under its input's row
+            if (values := self.inputs[i].values) is not None:
+                rows.insert(i + 1, (f"input[{i}] values", f"{values.min}..{values.max} ({values.why})"))
         rows += [
             ("spec", f"schema {self.schema_version}" + (" (legacy entries)" if self.schema_version < 2 else "")),
             ("device", self.device),
@@ -404,8 +439,32 @@ def _tensor_specs(value: Any, key: str, version: int) -> list[TensorSpec]:
             if high is not None and low > high:
                 raise _malformed(f"{where}.dims[{d}]: the range {low}..{high} is empty")
             dims.append(DimSpec(low, high))
-        specs.append(TensorSpec(tuple(dims), dtype))
+        values = None if item.get("values") is None else _value_range(item["values"], dtype, f"{where}.values")
+        specs.append(TensorSpec(tuple(dims), dtype, values))
     return specs
+
+
+def _value_range(value: Any, dtype: str, where: str) -> ValueRange:
+    """An input's ``values`` entry: integers min <= max that the input's (integer)
+    dtype holds, and a string ``why``."""
+    if not isinstance(value, dict):
+        raise _malformed(f"{where}: expected an object, got {_type_name(value)}")
+    if dtype not in VALUE_DTYPES:
+        raise _malformed(f"{where}: a value range applies to an integer input ({', '.join(VALUE_DTYPES)}), got {dtype}")
+    bounds = []
+    for key in ("min", "max"):
+        bound = value.get(key)
+        if type(bound) is not int or not -(2**63) <= bound <= INT64_MAX:
+            raise _malformed(f"{where}.{key}: expected a 64-bit integer, got {json.dumps(bound)}")
+        bounds.append(bound)
+    low, high = bounds
+    if low > high:
+        raise _malformed(f"{where}: the range {low}..{high} is empty")
+    lowest, highest = VALUE_DTYPES[dtype]
+    if low < lowest or high > highest:
+        raise _malformed(f"{where}: the range {low}..{high} does not fit {dtype}")
+    why = value.get("why")
+    return ValueRange(low, high, "" if why is None else _str(why, f"{where}.why"))
 
 
 def parse_document(document: Any) -> PackageSpec:

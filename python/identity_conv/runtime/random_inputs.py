@@ -2,8 +2,9 @@
 asked for (--input-shape, checked against the spec), else the recorded example shapes
 (else each dynamic dim at its minimum); standard normal values drawn in float32 on the
 CPU, one input after the other from one generator, then cast, so every runtime draws
-the same bits. Pairs with cpp_runtime/core/random_inputs.cpp
-(tests/contract/random_vectors.json)."""
+the same bits. An integer input with a recorded value range draws uniform int64 values
+in it (``random_``) from the same generator, then is cast. Pairs with
+cpp_runtime/core/random_inputs.cpp (tests/contract/random_vectors.json)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 
 from ..errors import InputError
 from ..package.dtypes import DTYPES
-from ..package.spec import PackageSpec
+from ..package.spec import INT64_MAX, PackageSpec, TensorSpec
 from .validation import InputDesc, check_inputs
 
 
@@ -28,10 +29,10 @@ def random_input_shapes(spec: PackageSpec, shapes: Sequence[tuple[int, ...]] | N
             gives (count, rank, dim, shared_dim), the message led by --input-shape.
     """
     for tensor_spec in spec.inputs:
-        if tensor_spec.dtype not in DTYPES:
+        if tensor_spec.dtype not in DTYPES and tensor_spec.values is None:
             raise InputError(
                 f"cannot generate a random input of dtype {tensor_spec.dtype} (random inputs are "
-                f"{', '.join(DTYPES)}); pass --inputs FILE.",
+                f"{', '.join(DTYPES)}, or an integer input with a recorded value range); pass --inputs FILE.",
                 kind="random_dtype",
             )
     if shapes is not None:
@@ -55,6 +56,18 @@ def make_random_inputs(spec: PackageSpec, seed: int, shapes: Sequence[tuple[int,
 
     generator = torch.Generator().manual_seed(seed)
     return [
-        torch.randn(shape, generator=generator).to(DTYPES[tensor_spec.dtype]).to(spec.device)
+        _draw(shape, tensor_spec, generator).to(spec.device)
         for shape, tensor_spec in zip(random_input_shapes(spec, shapes), spec.inputs)
     ]
+
+
+def _draw(shape: tuple[int, ...], tensor_spec: TensorSpec, generator: object) -> object:
+    import torch
+
+    if tensor_spec.values is None:
+        return torch.randn(shape, generator=generator).to(DTYPES[tensor_spec.dtype])
+    # random_'s upper bound is exclusive; None draws up to int64's largest value.
+    low, high = tensor_spec.values.min, tensor_spec.values.max
+    upper = None if high == INT64_MAX else high + 1
+    drawn = torch.empty(shape, dtype=torch.int64).random_(low, upper, generator=generator)
+    return drawn.to(getattr(torch, tensor_spec.dtype))

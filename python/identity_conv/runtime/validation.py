@@ -1,6 +1,7 @@
 """Input validation against the package spec: count, rank, each dim, dtype, device,
-layout, then shared dims. AOTI itself checks none of these by default, and reads out
-of bounds or returns garbage on a wrong input.
+layout, then shared dims, then the values of inputs that index a tensor. AOTI itself
+checks none of the first by default, and reads out of bounds or returns garbage on a
+wrong input; an index out of range aborts the process from an OpenMP region.
 
 The decision is made on InputDesc (what a tensor looks like), so the vectors in
 tests/contract/validation_vectors.json can pin it against
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from ..package.dtypes import DTYPES, dtype_name
-from ..package.spec import PackageSpec
+from ..package.spec import PackageSpec, ValueRange
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,9 @@ class InputDesc:
     shape: tuple[int, ...]
     device: str = "cpu"
     layout: str = "strided"
+    # The elements in row-major order, when known (the contract vectors give them);
+    # runtimes check tensors' values with check_values instead.
+    values: tuple[int, ...] | None = None
 
     @classmethod
     def of(cls, tensor: object) -> "InputDesc":
@@ -35,7 +39,8 @@ class InputDesc:
 
 def check_inputs(inputs: list[InputDesc], spec: PackageSpec) -> None:
     """Raise InputError, one line naming the input, the expected and the actual value,
-    on the first mismatch. Kinds: count, rank, dim, dtype, device, layout, shared_dim."""
+    on the first mismatch. Kinds: count, rank, dim, dtype, device, layout, shared_dim,
+    value (only for inputs whose ``values`` are given)."""
     if len(inputs) != len(spec.inputs):
         raise InputError(
             f"wrong number of inputs: the package expects {len(spec.inputs)}, got {len(inputs)}.", kind="count"
@@ -77,10 +82,51 @@ def check_inputs(inputs: list[InputDesc], spec: PackageSpec) -> None:
                     f"size), got {size} and {first}.",
                     kind="shared_dim",
                 )
+    for i, (given, expected) in enumerate(zip(inputs, spec.inputs)):
+        if expected.values is None or given.values is None:
+            continue
+        for k, value in enumerate(given.values):
+            if not expected.values.min <= value <= expected.values.max:
+                raise value_error(i, value, _position(k, given.shape), expected.values)
+
+
+def value_error(i: int, value: int, position: tuple[int, ...], allowed: ValueRange) -> InputError:
+    """The one-line error for input ``i`` holding ``value`` at ``position``, outside
+    ``allowed`` (kind "value"). cpp_runtime/core/validation.cpp words it alike."""
+    return InputError(
+        f"input[{i}]: value {value} at {list(position)} is outside {allowed} (this input indexes: "
+        f"{allowed.why}). Pass values in {allowed}.",
+        kind="value",
+    )
+
+
+def _position(k: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The index tuple of element ``k`` (row-major) of a tensor of ``shape``."""
+    position = []
+    for size in reversed(shape):
+        position.append(k % size)
+        k //= size
+    return tuple(reversed(position))
+
+
+def check_values(inputs: list, spec: PackageSpec) -> None:
+    """Raise InputError (kind "value") for the first element, in row-major order, of
+    an input with a recorded value range that lies outside it. Call after
+    check_inputs passed (the dtypes match)."""
+    for i, (tensor, expected) in enumerate(zip(inputs, spec.inputs)):
+        allowed = expected.values
+        if allowed is None or tensor.numel() == 0:
+            continue
+        outside = ((tensor < allowed.min) | (tensor > allowed.max)).flatten()
+        if bool(outside.any()):
+            k = int(outside.nonzero()[0, 0])
+            raise value_error(i, int(tensor.flatten()[k]), _position(k, tuple(tensor.shape)), allowed)
 
 
 def validate_inputs(inputs: list, spec: PackageSpec) -> list:
-    """Check the tensors (``check_inputs``) and return them ready for AOTI: lazy
-    negation/conjugation applied and contiguous (AOTI reads dense row-major buffers)."""
+    """Check the tensors (``check_inputs``, then ``check_values``) and return them
+    ready for AOTI: lazy negation/conjugation applied and contiguous (AOTI reads
+    dense row-major buffers)."""
     check_inputs([InputDesc.of(tensor) for tensor in inputs], spec)
+    check_values(inputs, spec)
     return [tensor.resolve_conj().resolve_neg().contiguous() for tensor in inputs]

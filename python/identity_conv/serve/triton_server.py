@@ -514,8 +514,13 @@ def request_inputs(model: ServedModel, requests: int) -> list[RequestSet]:
     for seed in range(requests):
         generator = torch.Generator().manual_seed(seed)
         tensors = []
-        for shape, dtype in zip(shapes, dtypes):
-            if dtype is not None and dtype.is_floating_point:
+        for shape, dtype, tensor_spec in zip(shapes, dtypes, spec.inputs):
+            if tensor_spec.values is not None:
+                # Ids the package takes: any other value is refused (it would abort the kernel).
+                values = tensor_spec.values
+                tensors.append(torch.randint(values.min, min(values.max, 2**63 - 2) + 1, shape,
+                                             generator=generator, dtype=dtype))
+            elif dtype is not None and dtype.is_floating_point:
                 tensors.append(torch.randn(shape, generator=generator).to(dtype))
             elif dtype == torch.bool:
                 tensors.append(torch.randint(0, 2, shape, generator=generator).bool())

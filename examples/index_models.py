@@ -1,0 +1,81 @@
+"""Example models whose integer inputs index tensors, for ``export_compile --model``.
+An out-of-range id makes the compiled kernels abort the process, so export_compile
+records each such input's valid values and the runners refuse the rest up front."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class LookupModel(nn.Module):
+    """Four integer inputs of one batch size B, one per kind of index op:
+
+    - ``ids`` [B, 64]: token ids into an embedding of ``vocab`` rows (through views);
+    - ``rows`` [B, 4]: index_select of a 12-row table, and also tensor indexing of a
+      10-row one, so its valid values are where both uses agree: [0, 9];
+    - ``picks`` [B, 3]: gather along dim 1 of a [B, 7] table;
+    - ``slots`` [B, 3]: tensor indexing of a 9-row table, where negatives wrap: [-9, 8].
+
+    Every output has the batch dim first, so Triton can batch requests.
+    """
+
+    def __init__(self, vocab: int = 1000, width: int = 64) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(0)
+        self.embedding = nn.Embedding(vocab, width)
+        with torch.no_grad():
+            self.embedding.weight.copy_(torch.randn(vocab, width, generator=generator))
+        self.register_buffer("table", torch.randn(12, 5, generator=generator))
+        self.register_buffer("small", torch.randn(10, 5, generator=generator))
+        self.register_buffer("scores", torch.randn(1, 7, generator=generator))
+        self.register_buffer("slot_table", torch.randn(9, 4, generator=generator))
+
+    def forward(
+        self, ids: torch.Tensor, rows: torch.Tensor, picks: torch.Tensor, slots: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        batch = ids.shape[0]
+        embedded = self.embedding(ids.reshape(-1)).reshape(batch, ids.shape[1], -1)
+        selected = torch.index_select(self.table, 0, rows.reshape(-1)).reshape(batch, rows.shape[1], -1)
+        selected = selected + self.small[rows]
+        picked = torch.gather(self.scores.expand(batch, -1), 1, picks)
+        slotted = self.slot_table[slots]
+        return embedded, selected, picked, slotted
+
+
+def lookup_inputs(batch: int = 2, seed: int = 3) -> tuple[torch.Tensor, ...]:
+    """Seeded in-range inputs of LookupModel, every bound included once."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 1000, (batch, 64), generator=generator)
+    rows = torch.randint(0, 10, (batch, 4), generator=generator)
+    picks = torch.randint(0, 7, (batch, 3), generator=generator)
+    slots = torch.randint(-9, 9, (batch, 3), generator=generator)
+    ids[0, :2] = torch.tensor([0, 999])
+    rows[0, :2] = torch.tensor([0, 9])
+    picks[0, :2] = torch.tensor([0, 6])
+    slots[0, :2] = torch.tensor([-9, 8])
+    return ids, rows, picks, slots
+
+
+def lookup_model(vocab: int = 1000, width: int = 64) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """The module and its example inputs (int64, in range, batch 2). Export with
+    --dynamic-dim 0.0,1.0,2.0,3.0=1:8 for a batch of 1 to 8."""
+    return LookupModel(vocab, width), lookup_inputs()
+
+
+class EmbeddingModel(nn.Module):
+    """Token ids [B, T] into an embedding, the shape of a transformer's first layer."""
+
+    def __init__(self, vocab: int = 1000, width: int = 128) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, width)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.embedding(ids)
+
+
+def embedding_model(vocab: int = 1000, width: int = 128) -> tuple[nn.Module, tuple[torch.Tensor]]:
+    """The module and a [2, 64] int64 example of in-range ids."""
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(5)
+    return EmbeddingModel(vocab, width), (torch.randint(0, vocab, (2, 64), generator=generator),)
