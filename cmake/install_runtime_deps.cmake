@@ -3,7 +3,7 @@
 # itself, and every shared library it needs is copied into one lib folder, except the
 # system's own base: glibc's pieces, libstdc++ and libgcc_s.
 #
-#   identity_conv_install_runtime(TARGET <target> DESTINATION <dir>
+#   aoti_deploy_install_runtime(TARGET <target> DESTINATION <dir>
 #                                 [LIBRARY_DESTINATION <dir>] [RUNPATH <runpath>])
 #
 # installs <target> to <prefix>/<dir> and its runtime dependencies to
@@ -14,39 +14,39 @@
 # moved as a whole.
 #
 # This file is read twice. At configure time CMakeLists.txt includes it and calls
-# identity_conv_install_runtime(), which writes install rules. At install time the
+# aoti_deploy_install_runtime(), which writes install rules. At install time the
 # install(CODE) those rules hold includes it again and calls the _copy/_report
 # functions below: file(GET_RUNTIME_DEPENDENCIES) works only at install time, and the
 # install script is a separate CMake run that knows nothing of the configure-time one.
 include_guard(GLOBAL)
 
-set(_IDENTITY_CONV_RUNTIME_SCRIPT "${CMAKE_CURRENT_LIST_FILE}")
+set(_AOTI_DEPLOY_RUNTIME_SCRIPT "${CMAKE_CURRENT_LIST_FILE}")
 
 # What may come from the machine the runtime is installed on, by soname: glibc's own
 # pieces (a copy of those must match the system's ld.so, so they are never bundled),
 # the C++ and GCC runtime libraries (backward compatible, present on every Linux), and
 # the CUDA driver, which belongs to the GPU's kernel module (only a CUDA torch needs
 # it). Everything else a binary needs, libcrypto included, is copied.
-set(_IDENTITY_CONV_SYSTEM_SONAMES
+set(_AOTI_DEPLOY_SYSTEM_SONAMES
   "ld-linux[-_.a-z0-9]*\\.so(\\.[0-9]+)*"
   "(libc|libm|libmvec|libdl|libpthread|librt|libutil|libresolv|libanl|libnsl)\\.so(\\.[0-9]+)*"
   "(libstdc\\+\\+|libgcc_s)\\.so(\\.[0-9]+)*"
   "libcuda\\.so(\\.[0-9]+)*")
 # PRE_EXCLUDE: not even resolved (matched against the NEEDED name). POST_EXCLUDE: the
 # same names once resolved to a full path, should a NEEDED entry name one by path.
-set(_IDENTITY_CONV_SYSTEM_PRE_EXCLUDE "")
-set(_IDENTITY_CONV_SYSTEM_POST_EXCLUDE "")
-foreach(_soname IN LISTS _IDENTITY_CONV_SYSTEM_SONAMES)
-  list(APPEND _IDENTITY_CONV_SYSTEM_PRE_EXCLUDE "^${_soname}$")
-  list(APPEND _IDENTITY_CONV_SYSTEM_POST_EXCLUDE "/${_soname}$")
+set(_AOTI_DEPLOY_SYSTEM_PRE_EXCLUDE "")
+set(_AOTI_DEPLOY_SYSTEM_POST_EXCLUDE "")
+foreach(_soname IN LISTS _AOTI_DEPLOY_SYSTEM_SONAMES)
+  list(APPEND _AOTI_DEPLOY_SYSTEM_PRE_EXCLUDE "^${_soname}$")
+  list(APPEND _AOTI_DEPLOY_SYSTEM_POST_EXCLUDE "/${_soname}$")
 endforeach()
 unset(_soname)
 
 # --- configure time ---------------------------------------------------------------
-function(identity_conv_install_runtime)
+function(aoti_deploy_install_runtime)
   cmake_parse_arguments(PARSE_ARGV 0 arg "" "TARGET;DESTINATION;RUNPATH;LIBRARY_DESTINATION" "")
   if(NOT arg_TARGET OR NOT arg_DESTINATION OR arg_UNPARSED_ARGUMENTS OR arg_KEYWORDS_MISSING_VALUES)
-    message(FATAL_ERROR "identity_conv_install_runtime(TARGET <t> DESTINATION <dir> "
+    message(FATAL_ERROR "aoti_deploy_install_runtime(TARGET <t> DESTINATION <dir> "
                         "[LIBRARY_DESTINATION <dir>] [RUNPATH <runpath>]), got: ${ARGV}")
   endif()
   if(NOT arg_LIBRARY_DESTINATION)
@@ -54,7 +54,7 @@ function(identity_conv_install_runtime)
   endif()
   foreach(_dir IN ITEMS "${arg_DESTINATION}" "${arg_LIBRARY_DESTINATION}")
     if(IS_ABSOLUTE "${_dir}")
-      message(FATAL_ERROR "identity_conv_install_runtime(${arg_TARGET}): ${_dir} is absolute; the "
+      message(FATAL_ERROR "aoti_deploy_install_runtime(${arg_TARGET}): ${_dir} is absolute; the "
                           "destinations are relative to the install prefix, so the tree can move.")
     endif()
   endforeach()
@@ -77,7 +77,7 @@ function(identity_conv_install_runtime)
   elseif(_type STREQUAL "MODULE_LIBRARY")
     set(_kind MODULES)
   else()
-    message(FATAL_ERROR "identity_conv_install_runtime: ${arg_TARGET} is a ${_type}, not a binary")
+    message(FATAL_ERROR "aoti_deploy_install_runtime: ${arg_TARGET} is a ${_type}, not a binary")
   endif()
 
   install(TARGETS ${arg_TARGET}
@@ -87,8 +87,8 @@ function(identity_conv_install_runtime)
   # venv's torch/lib), so they are copied from exactly where the build tree runs them.
   # The bracket arguments keep $ORIGIN literal in the generated install script.
   install(CODE "
-    include(\"${_IDENTITY_CONV_RUNTIME_SCRIPT}\")
-    _identity_conv_copy_runtime(
+    include(\"${_AOTI_DEPLOY_RUNTIME_SCRIPT}\")
+    _aoti_deploy_copy_runtime(
       KIND ${_kind}
       BUILT [[$<TARGET_FILE:${arg_TARGET}>]]
       INSTALLED [[${arg_DESTINATION}/$<TARGET_FILE_NAME:${arg_TARGET}>]]
@@ -98,31 +98,31 @@ function(identity_conv_install_runtime)
   # One size report per install, after every rule of the top directory: deferred to
   # the end of its processing, so targets added later (e.g. the Triton backend) are
   # counted too.
-  get_property(_reported GLOBAL PROPERTY _IDENTITY_CONV_RUNTIME_REPORT)
+  get_property(_reported GLOBAL PROPERTY _AOTI_DEPLOY_RUNTIME_REPORT)
   if(NOT _reported)
-    set_property(GLOBAL PROPERTY _IDENTITY_CONV_RUNTIME_REPORT ON)
-    cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL _identity_conv_install_report)
+    set_property(GLOBAL PROPERTY _AOTI_DEPLOY_RUNTIME_REPORT ON)
+    cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL _aoti_deploy_install_report)
   endif()
 endfunction()
 
-function(_identity_conv_install_report)
+function(_aoti_deploy_install_report)
   install(CODE "
-    include(\"${_IDENTITY_CONV_RUNTIME_SCRIPT}\")
-    _identity_conv_report_runtime()")
+    include(\"${_AOTI_DEPLOY_RUNTIME_SCRIPT}\")
+    _aoti_deploy_report_runtime()")
 endfunction()
 
 # --- install time -------------------------------------------------------------------
 
 # objdump for reading sonames and version references: the install script defines
 # CMAKE_OBJDUMP (the configure step's), else the one on PATH; empty if there is none.
-function(_identity_conv_objdump out)
+function(_aoti_deploy_objdump out)
   if(CMAKE_OBJDUMP AND EXISTS "${CMAKE_OBJDUMP}")
     set(${out} "${CMAKE_OBJDUMP}" PARENT_SCOPE)
     return()
   endif()
-  find_program(_identity_conv_objdump_path NAMES objdump)
-  if(_identity_conv_objdump_path)
-    set(${out} "${_identity_conv_objdump_path}" PARENT_SCOPE)
+  find_program(_aoti_deploy_objdump_path NAMES objdump)
+  if(_aoti_deploy_objdump_path)
+    set(${out} "${_aoti_deploy_objdump_path}" PARENT_SCOPE)
   else()
     set(${out} "" PARENT_SCOPE)
   endif()
@@ -134,7 +134,7 @@ endfunction()
 # one, which is enough here: the files that need a RUNPATH have one (our targets have
 # the build tree's; torch's and the CUDA wheels' libraries have $ORIGIN-based ones), and
 # a file without one (e.g. libcrypto) needs nothing beyond the system base.
-function(_identity_conv_set_runpath file runpath)
+function(_aoti_deploy_set_runpath file runpath)
   # READ_ELF leaves a variable untouched when the entry is absent.
   set(_rpath "")
   set(_runpath "")
@@ -147,19 +147,19 @@ function(_identity_conv_set_runpath file runpath)
   endif()
 endfunction()
 
-function(_identity_conv_copy_runtime)
+function(_aoti_deploy_copy_runtime)
   cmake_parse_arguments(PARSE_ARGV 0 arg "" "KIND;BUILT;INSTALLED;RUNPATH;LIBRARY_DESTINATION" "")
   # file(INSTALL) adds $ENV{DESTDIR} itself; reading and editing the copies needs it.
   set(_libdir "${CMAKE_INSTALL_PREFIX}/${arg_LIBRARY_DESTINATION}")
-  _identity_conv_set_runpath("$ENV{DESTDIR}${CMAKE_INSTALL_PREFIX}/${arg_INSTALLED}" "${arg_RUNPATH}")
+  _aoti_deploy_set_runpath("$ENV{DESTDIR}${CMAKE_INSTALL_PREFIX}/${arg_INSTALLED}" "${arg_RUNPATH}")
 
   file(GET_RUNTIME_DEPENDENCIES
     ${arg_KIND} "${arg_BUILT}"
     RESOLVED_DEPENDENCIES_VAR _resolved
     UNRESOLVED_DEPENDENCIES_VAR _unresolved
     CONFLICTING_DEPENDENCIES_PREFIX _conflict
-    PRE_EXCLUDE_REGEXES ${_IDENTITY_CONV_SYSTEM_PRE_EXCLUDE}
-    POST_EXCLUDE_REGEXES ${_IDENTITY_CONV_SYSTEM_POST_EXCLUDE})
+    PRE_EXCLUDE_REGEXES ${_AOTI_DEPLOY_SYSTEM_PRE_EXCLUDE}
+    POST_EXCLUDE_REGEXES ${_AOTI_DEPLOY_SYSTEM_POST_EXCLUDE})
   if(_unresolved)
     list(JOIN _unresolved ", " _names)
     message(FATAL_ERROR "${arg_BUILT} needs ${_names}, found neither through its RUNPATH nor on this "
@@ -180,7 +180,7 @@ function(_identity_conv_copy_runtime)
     # Another binary of this install may have brought the same name in already: then
     # it is done, if it is the same file.
     get_filename_component(_name "${_dependency}" NAME)
-    get_property(_first GLOBAL PROPERTY "_IDENTITY_CONV_RUNTIME_DEP_${_name}")
+    get_property(_first GLOBAL PROPERTY "_AOTI_DEPLOY_RUNTIME_DEP_${_name}")
     # A different file of the same name (e.g. libcudart.so.13 from the CUDA wheels for
     # torch, and from the CUDA toolkit for the op library): the first one installed stays,
     # as in a running process, where the loader maps a soname once and the runner's
@@ -192,16 +192,16 @@ function(_identity_conv_copy_runtime)
                      "${_first}, installed first, as a running process would.")
       continue()
     endif()
-    set_property(GLOBAL PROPERTY "_IDENTITY_CONV_RUNTIME_DEP_${_name}" "${_dependency}")
+    set_property(GLOBAL PROPERTY "_AOTI_DEPLOY_RUNTIME_DEP_${_name}" "${_dependency}")
     # FOLLOW_SYMLINK_CHAIN: a soname that is a link (libfoo.so.1 -> libfoo.so.1.2.3)
     # arrives as the same chain, so the loader finds the soname and the file is real.
     file(INSTALL DESTINATION "${_libdir}" TYPE SHARED_LIBRARY FOLLOW_SYMLINK_CHAIN FILES "${_dependency}")
     file(REAL_PATH "${_dependency}" _real)
     get_filename_component(_real_name "${_real}" NAME)
     # Installed libraries find each other beside themselves.
-    _identity_conv_set_runpath("$ENV{DESTDIR}${_libdir}/${_real_name}" "$ORIGIN")
+    _aoti_deploy_set_runpath("$ENV{DESTDIR}${_libdir}/${_real_name}" "$ORIGIN")
   endforeach()
-  _identity_conv_check_openmp("${arg_BUILT}" "$ENV{DESTDIR}${_libdir}" ${_resolved})
+  _aoti_deploy_check_openmp("${arg_BUILT}" "$ENV{DESTDIR}${_libdir}" ${_resolved})
   # file(INSTALL) records what it wrote in this variable, which a function scope would
   # drop: pass it up, so install_manifest.txt lists the dependencies too.
   set(CMAKE_INSTALL_MANIFEST_FILES "${CMAKE_INSTALL_MANIFEST_FILES}" PARENT_SCOPE)
@@ -216,7 +216,7 @@ endfunction()
 # wheels shipped libgomp-<hash>.so.1), so say it here rather than let a fleet machine
 # find out at the first package it loads. CMake cannot read a soname (file(READ_ELF)
 # has no such field): objdump -p reads it, where there is one.
-function(_identity_conv_check_openmp built libdir)
+function(_aoti_deploy_check_openmp built libdir)
   set(_openmp "")
   foreach(_dependency IN LISTS ARGN)
     get_filename_component(_name "${_dependency}" NAME)
@@ -227,7 +227,7 @@ function(_identity_conv_check_openmp built libdir)
   if(NOT _openmp OR "libgomp.so.1" IN_LIST _openmp)
     return()
   endif()
-  _identity_conv_objdump(_objdump)
+  _aoti_deploy_objdump(_objdump)
   set(_found "")
   foreach(_name IN LISTS _openmp)
     set(_soname "unknown: no objdump to read it")
@@ -258,7 +258,7 @@ endfunction()
 
 # "installed the C++ runtime to DIR: 421 MiB in 8 files": what this install wrote (the
 # manifest so far), symlinks counted apart and not sized twice.
-function(_identity_conv_report_runtime)
+function(_aoti_deploy_report_runtime)
   set(_bytes 0)
   set(_files 0)
   set(_links 0)
@@ -282,7 +282,7 @@ function(_identity_conv_report_runtime)
   if(_links GREATER 0)
     set(_symlinks " and ${_links} symlinks")
   endif()
-  _identity_conv_system_requirements(_needs ${_regular})
+  _aoti_deploy_system_requirements(_needs ${_regular})
   message(STATUS "installed the C++ runtime to $ENV{DESTDIR}${CMAKE_INSTALL_PREFIX}: "
                  "${_mib} MiB in ${_files} files${_symlinks}${_needs}")
 endfunction()
@@ -291,9 +291,9 @@ endfunction()
 # and libstdc++ symbol versions <files> reference (what the system must provide, since
 # those are not bundled), from their version references as `objdump -p` lists them, a few
 # KiB per file. Empty when objdump is missing or no file references glibc.
-function(_identity_conv_system_requirements out)
+function(_aoti_deploy_system_requirements out)
   set(${out} "" PARENT_SCOPE)
-  _identity_conv_objdump(_objdump)
+  _aoti_deploy_objdump(_objdump)
   if(NOT _objdump OR NOT ARGN)
     return()
   endif()

@@ -64,7 +64,7 @@ signature by another key or any changed, added or missing file is refused (exit 
 Options:
   --op-lib FILE          another op library to load (repeatable; not with a bundle)
   --trusted-key PUB.pem  verify the bundle's signature with this EC public key
-                         (default: $IDENTITY_CONV_TRUSTED_KEY); refuse anything
+                         (default: $AOTI_DEPLOY_TRUSTED_KEY); refuse anything
                          unsigned
   --require-signature    refuse an unsigned bundle or a bare package, and a signed
                          bundle when no trusted key is set
@@ -205,7 +205,7 @@ int64_t parse_count(const std::string& flag, const std::string& value, int64_t l
 }
 
 // "4,3,16,16" -> {4, 3, 16, 16}; "" is a 0-d tensor. The same rules and words as
-// python/identity_conv/cli/parsing.py's parse_shape.
+// python/aoti_deploy/cli/parsing.py's parse_shape.
 std::vector<int64_t> parse_shape(const std::string& text) {
   std::vector<int64_t> shape;
   if (text.find_first_not_of(" \t") == std::string::npos) {

@@ -47,7 +47,7 @@ def _onnx_affine(op, x, scale: float, shift: float):
 
 
 try:
-    from identity_conv.compiler.onnx_translations import register_onnx_translation
+    from aoti_deploy.compiler.onnx_translations import register_onnx_translation
 except ImportError:  # the fakes work without the toolkit
     pass
 else:

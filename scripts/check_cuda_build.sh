@@ -15,7 +15,7 @@ abs_path() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 export VENV="$(abs_path "${VENV:-$ROOT/.venv-cuda}")"
 export BUILD_DIR="$(abs_path "${BUILD_DIR:-$ROOT/build-cuda}")"
 export TORCH_SPEC="${TORCH_SPEC:-torch==2.14.1}"
-export CMAKE_ARGS="-DIDENTITY_CONV_CUDA=ON -DIDENTITY_CONV_WERROR=ON ${CMAKE_ARGS:-}"
+export CMAKE_ARGS="-DAOTI_DEPLOY_CUDA=ON -DAOTI_DEPLOY_WERROR=ON ${CMAKE_ARGS:-}"
 
 if ! command -v nvcc >/dev/null; then
   echo "check_cuda_build: nvcc is not on PATH; the CUDA toolkit is needed to compile the kernels" >&2

@@ -74,7 +74,7 @@ onnx_rc=0
 onnx_result="skipped (the ONNX extra is not installed: $VENV/bin/pip install -e '.[onnx]')"
 if [[ $python_rc -ne 0 ]]; then
   onnx_result="skipped: the Python runtime failed, so there is no reference output"
-elif "$PY" -c "from identity_conv.compiler.onnx_export import missing_onnx_packages as m; raise SystemExit(bool(m()))"; then
+elif "$PY" -c "from aoti_deploy.compiler.onnx_export import missing_onnx_packages as m; raise SystemExit(bool(m()))"; then
   step "ONNX: export_compile onnx -> artifacts/model.onnx, then run_inference in onnxruntime"
   "$VENV/bin/export_compile" onnx --output artifacts/model.onnx --op-lib "$LIB" --no-show-graph \
     && "$VENV/bin/run_inference" artifacts/model.onnx --inputs artifacts/demo_input.pt \

@@ -27,4 +27,4 @@ fi
 
 printf '\n==> running the CUDA tests\n'
 cd "$ROOT"
-IDENTITY_CONV_BUILD_DIR="$BUILD_DIR" IDENTITY_CONV_REQUIRE_CUDA=1 "$VENV/bin/python" -m pytest -m cuda -rs "$@"
+AOTI_DEPLOY_BUILD_DIR="$BUILD_DIR" AOTI_DEPLOY_REQUIRE_CUDA=1 "$VENV/bin/python" -m pytest -m cuda -rs "$@"

@@ -24,7 +24,7 @@ VENV="$(abs_path "${VENV:-$ROOT/.venv}")"
 BUILD_DIR="$(abs_path "${BUILD_DIR:-$ROOT/build}")"
 LIB="$BUILD_DIR/libidentity_conv_ops.so"
 # The CLIs find the op library and the backend in this build.
-export IDENTITY_CONV_BUILD_DIR="$BUILD_DIR"
+export AOTI_DEPLOY_BUILD_DIR="$BUILD_DIR"
 cd "$ROOT"
 
 step() { printf '\n==> %s\n' "$*"; }

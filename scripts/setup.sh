@@ -31,7 +31,7 @@ PIP=("$VENV/bin/python" -m pip)
 
 # The install stamp records what was installed (torch, pyproject.toml's hash, and
 # the extras so far), so a second run skips pip when it would add nothing.
-stamp="$VENV/.identity_conv_installed"
+stamp="$VENV/.aoti_deploy_installed"
 base="$TORCH_SPEC $(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
 have_base="$(sed -n 1p "$stamp" 2>/dev/null || true)"
 have_extras="$(sed -n 2p "$stamp" 2>/dev/null || true)"
@@ -43,7 +43,7 @@ done
 if [[ "$have_base" != "$base" || ${#needed[@]} -gt 0 ]]; then
   step "installing $TORCH_SPEC"
   "${PIP[@]}" install --quiet "$TORCH_SPEC"
-  step "installing the identity_conv package (editable) with extras $EXTRAS"
+  step "installing the aoti-deploy package (editable) with extras $EXTRAS"
   # No build isolation is needed: the backend is setuptools, and torch is already in
   # the venv, so pip does not fetch a second torch for the build.
   "${PIP[@]}" install --quiet -e "$ROOT[$EXTRAS]"

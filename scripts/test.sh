@@ -7,13 +7,13 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # VENV and BUILD_DIR may be given relative to the current folder.
 abs_path() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 VENV="$(abs_path "${VENV:-$ROOT/.venv}")"
-export IDENTITY_CONV_BUILD_DIR="$(abs_path "${BUILD_DIR:-$ROOT/build}")"
+export AOTI_DEPLOY_BUILD_DIR="$(abs_path "${BUILD_DIR:-$ROOT/build}")"
 # The suite covers the ONNX target and signed bundles too: install their extras, and
 # make a missing ONNX extra fail the ONNX tests rather than skip them.
 export EXTRAS="${EXTRAS:-test,build,bench,sign,onnx,triton}"
-export IDENTITY_CONV_REQUIRE_ONNX="${IDENTITY_CONV_REQUIRE_ONNX:-1}"
+export AOTI_DEPLOY_REQUIRE_ONNX="${AOTI_DEPLOY_REQUIRE_ONNX:-1}"
 # The same for the serving tests: a missing triton extra or backend fails them.
-export IDENTITY_CONV_REQUIRE_TRITON="${IDENTITY_CONV_REQUIRE_TRITON:-1}"
+export AOTI_DEPLOY_REQUIRE_TRITON="${AOTI_DEPLOY_REQUIRE_TRITON:-1}"
 "$ROOT/scripts/setup.sh"
 
 printf '\n==> running the test suite\n'

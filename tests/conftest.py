@@ -13,21 +13,21 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from identity_conv.cli.export_compile import app as export_compile_app
-from identity_conv.ops import load_op_library
-from identity_conv.runtime.tensor_files import save_tensors
+from aoti_deploy.cli.export_compile import app as export_compile_app
+from aoti_deploy.ops import load_op_library
+from aoti_deploy.runtime.tensor_files import save_tensors
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # A trusted key in the developer's shell would make every runner refuse the suite's
 # bare packages; the signed-bundle tests set it where they mean to.
-os.environ.pop("IDENTITY_CONV_TRUSTED_KEY", None)
+os.environ.pop("AOTI_DEPLOY_TRUSTED_KEY", None)
 
 # Not square and batch > 1, so a transposed or truncated read cannot pass.
 PACKAGE_SHAPE = (2, 3, 8, 12)
 
 # Tests that need a GPU carry this mark. Without a GPU they are skipped with the reason
-# below; scripts/gpu_check.sh sets IDENTITY_CONV_REQUIRE_CUDA=1, which turns a missing
+# below; scripts/gpu_check.sh sets AOTI_DEPLOY_REQUIRE_CUDA=1, which turns a missing
 # GPU into an error instead, so a GPU run can never pass by skipping.
 requires_cuda = pytest.mark.cuda
 CUDA_SKIP_REASON = "needs a CUDA device"
@@ -36,9 +36,9 @@ CUDA_SKIP_REASON = "needs a CUDA device"
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if torch.cuda.is_available():
         return
-    if os.environ.get("IDENTITY_CONV_REQUIRE_CUDA") == "1":
+    if os.environ.get("AOTI_DEPLOY_REQUIRE_CUDA") == "1":
         raise pytest.UsageError(
-            "IDENTITY_CONV_REQUIRE_CUDA=1, but torch.cuda.is_available() is false "
+            "AOTI_DEPLOY_REQUIRE_CUDA=1, but torch.cuda.is_available() is false "
             f"(torch {torch.__version__}); the CUDA tests cannot run here"
         )
     skip = pytest.mark.skip(reason=CUDA_SKIP_REASON)
@@ -49,10 +49,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def skip_or_fail_without_triton(reason: str) -> None:
     """A missing triton extra or backend skips a test, unless
-    IDENTITY_CONV_REQUIRE_TRITON=1 (scripts/test.sh sets it), which makes it a failure:
+    AOTI_DEPLOY_REQUIRE_TRITON=1 (scripts/test.sh sets it), which makes it a failure:
     CI cannot pass by skipping the serving tests."""
-    if os.environ.get("IDENTITY_CONV_REQUIRE_TRITON") == "1":
-        pytest.fail(f"IDENTITY_CONV_REQUIRE_TRITON=1, but {reason}")
+    if os.environ.get("AOTI_DEPLOY_REQUIRE_TRITON") == "1":
+        pytest.fail(f"AOTI_DEPLOY_REQUIRE_TRITON=1, but {reason}")
     pytest.skip(reason)
 
 
@@ -77,7 +77,7 @@ class CompiledPackage:
 @pytest.fixture(scope="session")
 def build() -> Build:
     """The CMake build, brought up to date once per session (a no-op after setup.sh)."""
-    build_dir = (REPO_ROOT / os.environ.get("IDENTITY_CONV_BUILD_DIR", "build")).resolve()
+    build_dir = (REPO_ROOT / os.environ.get("AOTI_DEPLOY_BUILD_DIR", "build")).resolve()
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     if not (build_dir / "build.ninja").exists():
@@ -183,10 +183,10 @@ def run_cmd(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]
 
 def run_cli(name: str, *args: object, cwd: Path, build: Build, **env: str | None) -> subprocess.CompletedProcess[str]:
     """A toolkit CLI (its console script in this venv) as a subprocess from ``cwd``,
-    with the session's build as $IDENTITY_CONV_BUILD_DIR, as ./scripts/test.sh sets
+    with the session's build as $AOTI_DEPLOY_BUILD_DIR, as ./scripts/test.sh sets
     it, and nothing else pointing at the build. ``env`` adds variables; None removes one."""
-    environment = {**os.environ, "IDENTITY_CONV_BUILD_DIR": str(build.dir)}
-    environment.pop("IDENTITY_CONV_OPS_LIB", None)
+    environment = {**os.environ, "AOTI_DEPLOY_BUILD_DIR": str(build.dir)}
+    environment.pop("AOTI_DEPLOY_OPS_LIB", None)
     for key, value in env.items():
         if value is None:
             environment.pop(key, None)
@@ -197,7 +197,7 @@ def run_cli(name: str, *args: object, cwd: Path, build: Build, **env: str | None
 
 def run_python_runtime(package: Path, op_lib: Path, inputs: Path | None, outputs: Path) -> tuple[int, str]:
     """run_inference through typer's CliRunner; returns (exit code, output)."""
-    from identity_conv.cli.run_inference import app as run_inference_app
+    from aoti_deploy.cli.run_inference import app as run_inference_app
 
     args = [str(package), str(op_lib), "--outputs", str(outputs)]
     if inputs is not None:
@@ -231,8 +231,8 @@ def parity_matrix(tmp_path_factory: pytest.TempPathFactory, build: Build, op_lib
     """The full parity matrix, once: 4 dtypes x static/dynamic x random/special, with
     the ONNX column when the ONNX extra is installed. Its packages (e.g.
     model_float32_dynamic.pt2) are shared with other tests."""
-    from identity_conv.compiler.onnx_export import missing_onnx_packages
-    from identity_conv.verify.parity import run_matrix
+    from aoti_deploy.compiler.onnx_export import missing_onnx_packages
+    from aoti_deploy.verify.parity import run_matrix
 
     work_dir = tmp_path_factory.mktemp("parity")
     return work_dir, run_matrix(work_dir, build.runner, op_library, onnx=not missing_onnx_packages())
@@ -240,7 +240,7 @@ def parity_matrix(tmp_path_factory: pytest.TempPathFactory, build: Build, op_lib
 
 @pytest.fixture(scope="session")
 def dynamic_package(parity_matrix) -> Path:
-    """float32, batch 1..8, height and width 1..64 (see identity_conv.verify.parity)."""
+    """float32, batch 1..8, height and width 1..64 (see aoti_deploy.verify.parity)."""
     work_dir, _ = parity_matrix
     return work_dir / "model_float32_dynamic.pt2"
 
@@ -248,7 +248,7 @@ def dynamic_package(parity_matrix) -> Path:
 def rewrite_metadata(source: Path, target: Path, changes: dict[str, str | None]) -> Path:
     """Copy an AOTI package, editing the metadata JSON files it carries: a value of
     None deletes the key. Used to craft packages from other devices and hosts."""
-    from identity_conv.package.archive import rewrite_package_metadata
+    from aoti_deploy.package.archive import rewrite_package_metadata
 
     return rewrite_package_metadata(source, target, changes)
 
@@ -258,8 +258,8 @@ def edit_spec(source: Path, target: Path, aoti: dict[str, str | None] | None = N
     value of None deletes the field. Crafts packages for other hosts, or malformed ones."""
     import json
 
-    from identity_conv.package.archive import read_package_metadata
-    from identity_conv.package.spec import SPEC_KEY
+    from aoti_deploy.package.archive import read_package_metadata
+    from aoti_deploy.package.spec import SPEC_KEY
 
     document = json.loads(read_package_metadata(source)[SPEC_KEY])
     for key, value in fields.items():
@@ -272,9 +272,9 @@ def edit_spec(source: Path, target: Path, aoti: dict[str, str | None] | None = N
 
 def legacy_package(source: Path, target: Path) -> Path:
     """The package as the writer before the spec document wrote it: one
-    ``identity_conv.<field>`` entry per field, in the old grammar, and no document."""
-    from identity_conv.package.archive import read_package_spec
-    from identity_conv.package.spec import SPEC_KEY
+    ``aoti_deploy.<field>`` entry per field, in the old grammar, and no document."""
+    from aoti_deploy.package.archive import read_package_spec
+    from aoti_deploy.package.spec import SPEC_KEY
 
     spec = read_package_spec(source)
     entries = {
@@ -293,4 +293,4 @@ def legacy_package(source: Path, target: Path) -> Path:
         "optimizations": spec.optimizations,
         "shared_dims": ";".join(",".join(f"{i}.{d}" for i, d in group) for group in spec.shared_dims),
     }
-    return rewrite_metadata(source, target, {SPEC_KEY: None, **{f"identity_conv.{k}": v for k, v in entries.items()}})
+    return rewrite_metadata(source, target, {SPEC_KEY: None, **{f"aoti_deploy.{k}": v for k, v in entries.items()}})

@@ -11,11 +11,11 @@ import torch
 from typer.testing import CliRunner
 
 from conftest import requires_cuda, run_both_runtimes, run_cmd
-from identity_conv.cli.export_compile import app as export_compile_app
-from identity_conv.models.identity import IdentityModel, IdentityOutModel
-from identity_conv.models.train import train_channel_scale
-from identity_conv.verify.special_values import INT_TWIN
-from identity_conv.verify.special_values import special_values as make_special_values
+from aoti_deploy.cli.export_compile import app as export_compile_app
+from aoti_deploy.models.identity import IdentityModel, IdentityOutModel
+from aoti_deploy.models.train import train_channel_scale
+from aoti_deploy.verify.special_values import INT_TWIN
+from aoti_deploy.verify.special_values import special_values as make_special_values
 
 FLOAT_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]
@@ -78,14 +78,14 @@ def test_out_variant_bumps_the_version_so_autograd_sees_the_write(op_library):
 def unannotated_out_op():
     """A deliberately wrong registration, in a test-only namespace: it writes `out`
     but its schema does not say so (no `Tensor(a!)`)."""
-    lib = torch.library.Library("identity_conv_test", "DEF")
+    lib = torch.library.Library("aoti_deploy_test", "DEF")
     lib.define("copy_out_unannotated(Tensor x, Tensor out) -> ()")
 
     def kernel(x: torch.Tensor, out: torch.Tensor) -> None:
         out.copy_(x)
 
     lib.impl("copy_out_unannotated", kernel, "CPU")
-    yield torch.ops.identity_conv_test.copy_out_unannotated.default
+    yield torch.ops.aoti_deploy_test.copy_out_unannotated.default
     lib._destroy()
 
 

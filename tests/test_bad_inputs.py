@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import edit_spec, rewrite_metadata, run_both_runtimes, run_cmd, run_cpp_runtime, run_python_runtime
-from identity_conv.package.host import instruction_set_flags
+from aoti_deploy.package.host import instruction_set_flags
 
 
 @dataclass(frozen=True)
@@ -112,8 +112,8 @@ CASES = [
     Case("package-not-zip", "not a zip archive", package=raw_file(b"ELF? no, text", "text.pt2")),
     Case("package-truncated", "could not read the AOTI package", package=truncated),
     Case("package-zip-not-aoti", "could not read the AOTI package", package=zip_not_package),
-    Case("package-without-toolkit-metadata", "has no identity_conv spec",
-         package=lambda ctx: rewrite_metadata(ctx.static, ctx.tmp / "crafted.pt2", {"identity_conv.spec": None})),
+    Case("package-without-toolkit-metadata", "has no aoti_deploy spec",
+         package=lambda ctx: rewrite_metadata(ctx.static, ctx.tmp / "crafted.pt2", {"aoti_deploy.spec": None})),
     Case("package-for-cuda", "the package was compiled for cuda",
          package=crafted({"AOTI_DEVICE_KEY": "cuda"}, device="cuda")),
     Case("package-cpu-flag-missing", "on a CPU with avx1024, which this host lacks",
@@ -208,9 +208,9 @@ def test_bad_op_library_in_both_runtimes(ctx, build, lib):
 
 
 def test_sparse_input_is_rejected_by_the_python_runtime(compiled_package):
-    from identity_conv.errors import InputError
-    from identity_conv.package.archive import read_package_spec
-    from identity_conv.runtime.validation import validate_inputs
+    from aoti_deploy.errors import InputError
+    from aoti_deploy.package.archive import read_package_spec
+    from aoti_deploy.runtime.validation import validate_inputs
 
     spec = read_package_spec(compiled_package.path)
     with pytest.raises(InputError, match="input\\[0\\]: expected a dense .strided. tensor, got layout sparse_coo"):
@@ -218,9 +218,9 @@ def test_sparse_input_is_rejected_by_the_python_runtime(compiled_package):
 
 
 def test_meta_device_input_is_rejected_by_the_python_runtime(compiled_package):
-    from identity_conv.errors import InputError
-    from identity_conv.package.archive import read_package_spec
-    from identity_conv.runtime.validation import validate_inputs
+    from aoti_deploy.errors import InputError
+    from aoti_deploy.package.archive import read_package_spec
+    from aoti_deploy.runtime.validation import validate_inputs
 
     spec = read_package_spec(compiled_package.path)
     with pytest.raises(InputError, match="input\\[0\\]: expected a tensor on cpu, got one on meta"):

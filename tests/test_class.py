@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from identity_conv.ops import FakeIdentityConvClass
+from aoti_deploy.ops import FakeIdentityConvClass
 
 
 @pytest.fixture

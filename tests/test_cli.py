@@ -9,11 +9,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from identity_conv.cli.compare_tensors import app as compare_app
-from identity_conv.cli.export_compile import app as export_compile_app
-from identity_conv.cli.run_inference import app as run_inference_app
-from identity_conv.runtime.tensor_files import load_tensors, save_tensors
-from identity_conv.verify.tolerance import ULP, Tolerance
+from aoti_deploy.cli.compare_tensors import app as compare_app
+from aoti_deploy.cli.export_compile import app as export_compile_app
+from aoti_deploy.cli.run_inference import app as run_inference_app
+from aoti_deploy.runtime.tensor_files import load_tensors, save_tensors
+from aoti_deploy.verify.tolerance import ULP, Tolerance
 
 runner = CliRunner()
 
@@ -167,7 +167,7 @@ def test_export_compile_rejects_bad_dynamic_options(args, message, tmp_path):
 def test_inspect_package_table_and_json_match_the_cpp_runner(build, dynamic_package):
     import json
 
-    from identity_conv.cli.inspect_package import app as inspect_app
+    from aoti_deploy.cli.inspect_package import app as inspect_app
     from conftest import run_cmd
 
     table = runner.invoke(inspect_app, [str(dynamic_package)])
@@ -188,7 +188,7 @@ def test_inspect_package_table_and_json_match_the_cpp_runner(build, dynamic_pack
     assert lines[0] == f"package: {dynamic_package}"
     cpp_rows = [tuple(line.split(": ", 1)) if ": " in line else (line.rstrip(":"), "") for line in lines[1:]]
     # The same rows, names and order in both runtimes.
-    from identity_conv.package.archive import read_package_spec
+    from aoti_deploy.package.archive import read_package_spec
 
     assert cpp_rows == read_package_spec(dynamic_package).describe()
     assert dict(cpp_rows)["input[0]"] == "[1..8, 3, 1..64, 1..64] float32"
@@ -200,7 +200,7 @@ def test_inspect_package_table_and_json_match_the_cpp_runner(build, dynamic_pack
 
 
 def test_inspect_package_bad_file_exits_2(tmp_path):
-    from identity_conv.cli.inspect_package import app as inspect_app
+    from aoti_deploy.cli.inspect_package import app as inspect_app
 
     result = runner.invoke(inspect_app, [str(tmp_path / "absent.pt2")])
     assert result.exit_code == 2
@@ -209,14 +209,14 @@ def test_inspect_package_bad_file_exits_2(tmp_path):
 
 def test_export_compile_passes_every_option_to_the_stage(monkeypatch, tmp_path):
     """The CLI's wiring, without a compile: every option reaches the BuildConfig."""
-    import identity_conv.cli.export_compile as cli_module
-    from identity_conv.errors import IdentityConvError
+    import aoti_deploy.cli.export_compile as cli_module
+    from aoti_deploy.errors import AotiDeployError
 
     seen = {}
 
     def capture(config, on_stage=None):
         seen["config"] = config
-        raise IdentityConvError("stopped by the test")
+        raise AotiDeployError("stopped by the test")
 
     monkeypatch.setattr(cli_module, "export_and_compile", capture)
     identity_args = ["--channels", "5", "--batch", "2", "--height", "7", "--width", "9", "--dtype", "float64",
@@ -274,9 +274,9 @@ def test_a_library_variable_naming_no_file_is_an_error_not_a_fallback(compiled_p
     from conftest import run_cli
 
     missing = tmp_path / "nonexistent" / "lib.so"
-    run = run_cli("run_inference", compiled_package.path, cwd=tmp_path, build=build, IDENTITY_CONV_OPS_LIB=str(missing))
+    run = run_cli("run_inference", compiled_package.path, cwd=tmp_path, build=build, AOTI_DEPLOY_OPS_LIB=str(missing))
     assert run.returncode == 2, run.stdout + run.stderr
-    assert f"IDENTITY_CONV_OPS_LIB is set to {missing}, which does not exist" in run.stderr
+    assert f"AOTI_DEPLOY_OPS_LIB is set to {missing}, which does not exist" in run.stderr
     assert "PASSED" not in run.stdout
 
 
@@ -325,7 +325,7 @@ def test_a_file_that_is_not_a_tensor_file_says_what_the_format_is(compiled_packa
 def test_help_shows_square_brackets_rich_would_take_for_markup(app_module):
     import importlib
 
-    app = importlib.import_module(f"identity_conv.cli.{app_module}").app
+    app = importlib.import_module(f"aoti_deploy.cli.{app_module}").app
     result = runner.invoke(app, ["--help"], env={"COLUMNS": "240", "TERMINAL_WIDTH": "240"})
     assert result.exit_code == 0, result.output
     assert "pip install -e '.[onnx]'" in result.output, result.output

@@ -18,18 +18,18 @@ import torch
 from typer.testing import CliRunner
 
 from conftest import Build, _export, run_cmd
-from identity_conv.bench.benchmark import BenchReport, markdown_table, targets
-from identity_conv.bench.cold_start import ColdStartResult, ProcessTiming, measure_cold_start
-from identity_conv.errors import IdentityConvError, PackageError
-from identity_conv.package.archive import read_package_spec
-from identity_conv.runtime import aoti
-from identity_conv.runtime.tensor_files import load_tensors, save_tensors
-from identity_conv.verify.bits import compare_bits
+from aoti_deploy.bench.benchmark import BenchReport, markdown_table, targets
+from aoti_deploy.bench.cold_start import ColdStartResult, ProcessTiming, measure_cold_start
+from aoti_deploy.errors import AotiDeployError, PackageError
+from aoti_deploy.package.archive import read_package_spec
+from aoti_deploy.runtime import aoti
+from aoti_deploy.runtime.tensor_files import load_tensors, save_tensors
+from aoti_deploy.verify.bits import compare_bits
 
 RUN_INFERENCE = Path(sys.executable).parent / "run_inference"
 # Modules a run must not import: the compiler stacks aoti_load_package pulls in, and
 # the ONNX side, which only .onnx paths need.
-NOT_FOR_A_RUN = ("torch._dynamo", "torch._inductor", "identity_conv.compiler.onnx_export", "onnx", "onnxruntime")
+NOT_FOR_A_RUN = ("torch._dynamo", "torch._inductor", "aoti_deploy.compiler.onnx_export", "onnx", "onnxruntime")
 
 
 def _export_to(out: Path, *args: str) -> Path:
@@ -144,7 +144,7 @@ def test_a_torch_that_cannot_load_packages_from_python_gets_a_clear_error(demo_p
     """aoti_load_package builds the same loader, so there is nothing to fall back to:
     without the binding, a PackageError (exit 2) that says what is missing and to use
     aoti_runner, not an AttributeError."""
-    from identity_conv.cli.run_inference import app as run_inference_app
+    from aoti_deploy.cli.run_inference import app as run_inference_app
 
     monkeypatch.delattr(torch._C._aoti, "AOTIModelPackageLoader")
     with pytest.raises(PackageError, match=r"cannot load AOTInductor packages from Python.*aoti_runner"):
@@ -173,7 +173,7 @@ def _imported(stderr: str) -> set[str]:
 
 def _profiled_env(tmp: Path) -> dict[str, str]:
     env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1", "TMPDIR": str(tmp)}
-    env.pop("IDENTITY_CONV_TRUSTED_KEY", None)
+    env.pop("AOTI_DEPLOY_TRUSTED_KEY", None)
     return env
 
 
@@ -201,7 +201,7 @@ def test_run_inference_help_imports_no_torch(tmp_path):
                             env=_profiled_env(tmp_path))
     assert result.returncode == 0 and "Usage" in result.stdout and "--trusted-key" in result.stdout
     imported = _imported(result.stderr)
-    assert "identity_conv.cli.run_inference" in imported
+    assert "aoti_deploy.cli.run_inference" in imported
     assert not [name for name in imported if name == "torch" or name.startswith(("torch.", "numpy"))]
 
 
@@ -214,18 +214,18 @@ def test_run_inference_exit_codes_survive_the_fast_exit(demo_package, tmp_path):
 
 def test_the_package_imports_torch_only_when_its_ops_are_used():
     code = (
-        "import sys, identity_conv\n"
-        "from identity_conv.runtime import is_onnx_path\n"
-        "import identity_conv.cli.common\n"
+        "import sys, aoti_deploy\n"
+        "from aoti_deploy.runtime import is_onnx_path\n"
+        "import aoti_deploy.cli.common\n"
         "print('torch' in sys.modules)\n"
-        "from identity_conv import identity_conv, load_op_library, PackageError\n"
+        "from aoti_deploy import identity_conv, load_op_library, PackageError\n"
         "print('torch' in sys.modules, callable(identity_conv), callable(load_op_library))\n"
-        "from identity_conv import onnx_translations  # an alias of a moved module, still importable\n"
+        "from aoti_deploy import onnx_translations  # an alias of a moved module, still importable\n"
         "print(onnx_translations.__name__)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["False", "True True True", "identity_conv.compiler.onnx_translations"]
+    assert result.stdout.splitlines() == ["False", "True True True", "aoti_deploy.compiler.onnx_translations"]
 
 
 def test_aoti_runner_ends_fast_with_its_outputs_written_and_nothing_left(demo_package, build: Build, tmp_path):
@@ -252,7 +252,7 @@ def test_measure_cold_start_runs_each_command_and_checks_it_passed(demo_package,
         assert timing.runs == 1 and timing.min_ms == timing.median_ms > 0 and timing.peak_rss_mb > 0
     # Each peak is the command's own, not this (torch-holding) process's: --help holds no torch.
     assert result.run_inference_help.peak_rss_mb < result.aoti_runner.peak_rss_mb < result.run_inference.peak_rss_mb
-    with pytest.raises(IdentityConvError, match="failed with exit 2"):
+    with pytest.raises(AotiDeployError, match="failed with exit 2"):
         measure_cold_start(tmp_path / "absent.pt2", build.op_library, build.runner, runs=1)
 
 

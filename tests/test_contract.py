@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from identity_conv.errors import IdentityConvError
-from identity_conv.package.dtypes import NAMES, dtype_name
-from identity_conv.package.spec import OpRef, PackageSpec, SpecError, parse_document
-from identity_conv.runtime.preflight import HostFacts, check_required_symbols, check_runs_here
-from identity_conv.runtime.random_inputs import make_random_inputs, random_input_shapes
-from identity_conv.runtime.validation import InputDesc, check_inputs
-from identity_conv.verify.tolerance import Tolerance, compare, list_verdict, verdict_line
+from aoti_deploy.errors import AotiDeployError
+from aoti_deploy.package.dtypes import NAMES, dtype_name
+from aoti_deploy.package.spec import OpRef, PackageSpec, SpecError, parse_document
+from aoti_deploy.runtime.preflight import HostFacts, check_required_symbols, check_runs_here
+from aoti_deploy.runtime.random_inputs import make_random_inputs, random_input_shapes
+from aoti_deploy.runtime.validation import InputDesc, check_inputs
+from aoti_deploy.verify.tolerance import Tolerance, compare, list_verdict, verdict_line
 
 CONTRACT = Path(__file__).parent / "contract"
 SUITES = {
@@ -148,32 +148,32 @@ def _python_verdict(suite: str, vector: dict) -> object:
         if suite == "signatures":
             return _signature_verdict(vector)
         if suite == "triton_types":
-            from identity_conv.package.dtypes import TRITON_TYPES
-            from identity_conv.serve.triton_repository import DATATYPES
-            from identity_conv.serve.triton_server import _datatype
+            from aoti_deploy.package.dtypes import TRITON_TYPES
+            from aoti_deploy.serve.triton_repository import DATATYPES
+            from aoti_deploy.serve.triton_server import _datatype
 
             # The writer's and the client's types are the table's, not tables of their own.
             assert DATATYPES is TRITON_TYPES
             name = vector["name"]
             try:
                 sent = _datatype(torch.empty(0, dtype=getattr(torch, name)))
-            except IdentityConvError:
+            except AotiDeployError:
                 sent = None
             assert sent == TRITON_TYPES.get(name)
             return TRITON_TYPES.get(name)
         if suite == "batching":
-            from identity_conv.serve.triton_repository import MAX_BATCH_SIZE_LIMIT, batch_dim
+            from aoti_deploy.serve.triton_repository import MAX_BATCH_SIZE_LIMIT, batch_dim
 
             dim, _ = batch_dim(parse_document(vector["spec"]))
             if dim is None:
                 return "not_batched"
             return {"max_batch_size": MAX_BATCH_SIZE_LIMIT if dim.max is None else min(dim.max, MAX_BATCH_SIZE_LIMIT)}
         if suite == "archive_names":
-            from identity_conv.package.zip_check import entry_name_problem
+            from aoti_deploy.package.zip_check import entry_name_problem
 
             return entry_name_problem(vector["entry"])
         if suite == "json_depth":
-            from identity_conv.package.json_text import JsonTextError, parse_json_limited
+            from aoti_deploy.package.json_text import JsonTextError, parse_json_limited
 
             try:
                 parse_json_limited(vector["text"])
@@ -185,14 +185,14 @@ def _python_verdict(suite: str, vector: dict) -> object:
             if name not in NAMES:
                 return {"error": "unknown"}
             return {"name": dtype_name(getattr(torch, name))}
-    except IdentityConvError as error:
+    except AotiDeployError as error:
         assert error.kind, f"an error without a kind: {error}"
         return {"error": error.kind}
     raise AssertionError(f"unknown suite {suite}")
 
 
 def _signature_verdict(vector: dict) -> object:
-    from identity_conv.package.signing import check_signed_files, read_signature
+    from aoti_deploy.package.signing import check_signed_files, read_signature
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "model.sig"
@@ -268,7 +268,7 @@ def test_a_bad_value_gets_the_vector_line_in_both(cpp_verdicts):
     cases = [v for v in _vectors("validation") if "message" in v]
     assert len(cases) >= 5
     for vector in cases:
-        with pytest.raises(IdentityConvError) as error:
+        with pytest.raises(AotiDeployError) as error:
             _python_verdict_raising(vector)
         assert str(error.value) == vector["message"], vector["name"]
         assert cpp_verdicts["validation"][vector["name"]]["message"] == vector["message"], vector["name"]
@@ -286,7 +286,7 @@ def _is_value_case(vector: dict) -> bool:
 
 def test_a_tensor_check_finds_the_value_the_vector_names():
     """check_values on real tensors (what the runtimes call) reaches the vectors' line."""
-    from identity_conv.runtime.validation import check_values
+    from aoti_deploy.runtime.validation import check_values
 
     for vector in [v for v in _vectors("validation") if "message" in v and _is_value_case(v)]:
         spec = _spec(vector)
@@ -294,14 +294,14 @@ def test_a_tensor_check_finds_the_value_the_vector_names():
             torch.tensor(i.get("values", [0] * math.prod(i["shape"])), dtype=getattr(torch, i["dtype"])).reshape(i["shape"])
             for i in vector["inputs"]
         ]
-        with pytest.raises(IdentityConvError) as error:
+        with pytest.raises(AotiDeployError) as error:
             check_values(tensors, spec)
         assert str(error.value) == vector["message"], vector["name"]
 
 
 def test_python_written_document_parses_the_same_in_cpp(build, tmp_path):
     """A document written by the Python writer (to_metadata) reads back alike in both."""
-    from identity_conv.package.spec import DimSpec, TensorSpec
+    from aoti_deploy.package.spec import DimSpec, TensorSpec
 
     spec = PackageSpec(
         inputs=[TensorSpec((DimSpec(1, 8), DimSpec(3, 3)), "float32"), TensorSpec((), "float64")],
@@ -322,7 +322,7 @@ def test_python_written_document_parses_the_same_in_cpp(build, tmp_path):
 def test_an_unbounded_dim_is_written_as_null_in_schema_3_and_reads_alike_in_cpp(build, tmp_path):
     """An unbounded dim is "max": null, which needs schema 3; a spec with none keeps
     schema 2, so older readers still read it. The C++ side reads the same document."""
-    from identity_conv.package.spec import DimSpec, TensorSpec
+    from aoti_deploy.package.spec import DimSpec, TensorSpec
 
     bounded = PackageSpec(inputs=[TensorSpec((DimSpec(1, 8), DimSpec(3, 3)), "float32")])
     assert bounded.to_document()["schema_version"] == 2
@@ -331,7 +331,7 @@ def test_an_unbounded_dim_is_written_as_null_in_schema_3_and_reads_alike_in_cpp(
         outputs=[TensorSpec((DimSpec(2, None), DimSpec(3, 3)), "float32")],
         example_shapes=[(4, 3)],
     )
-    written = json.loads(spec.to_metadata()["identity_conv.spec"])
+    written = json.loads(spec.to_metadata()["aoti_deploy.spec"])
     assert written["schema_version"] == 3
     assert written["inputs"][0]["dims"] == [{"min": 1, "max": None}, {"min": 3, "max": 3}]
     assert written["outputs"][0]["dims"][0] == {"min": 2, "max": None}
@@ -355,21 +355,21 @@ def test_validation_messages_given_by_a_vector_are_the_same_in_both(cpp_verdicts
             assert cpp_verdicts["validation"][vector["name"]]["message"] == vector["message"], vector["name"]
             continue
         inputs = [InputDesc(i["dtype"], tuple(i["shape"])) for i in vector["inputs"]]
-        with pytest.raises(IdentityConvError) as error:
+        with pytest.raises(AotiDeployError) as error:
             check_inputs(inputs, _spec(vector))
         assert str(error.value) == vector["message"], vector["name"]
         assert cpp_verdicts["validation"][vector["name"]]["message"] == vector["message"], vector["name"]
 
 
 def test_a_package_from_before_the_spec_document_still_runs_in_both(compiled_package, build, op_library, tmp_path):
-    """Legacy identity_conv.* entries (no document) load through each side's converter,
+    """Legacy aoti_deploy.* entries (no document) load through each side's converter,
     and the package still verifies bit for bit in both runtimes."""
     from conftest import legacy_package, run_cpp_runtime, run_python_runtime
 
-    from identity_conv.package.archive import read_package_metadata
+    from aoti_deploy.package.archive import read_package_metadata
 
     package = legacy_package(compiled_package.path, tmp_path / "legacy.pt2")
-    assert "identity_conv.spec" not in read_package_metadata(package)
+    assert "aoti_deploy.spec" not in read_package_metadata(package)
     py_code, py_out = run_python_runtime(package, op_library, compiled_package.input_file, tmp_path / "py.pt")
     cpp_code, cpp_out = run_cpp_runtime(build.runner, package, op_library, compiled_package.input_file, tmp_path / "cpp.pt")
     assert py_code == 0 and "PASSED" in py_out, py_out

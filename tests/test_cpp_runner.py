@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from conftest import run_cmd
-from identity_conv.runtime.tensor_files import load_tensors, save_tensors
-from identity_conv.verify.bits import compare_bits
+from aoti_deploy.runtime.tensor_files import load_tensors, save_tensors
+from aoti_deploy.verify.bits import compare_bits
 
 
 @pytest.fixture(scope="module")
 def python_output(compiled_package):
-    from identity_conv.package.archive import read_package_spec
-    from identity_conv.runtime.aoti import load_package
+    from aoti_deploy.package.archive import read_package_spec
+    from aoti_deploy.runtime.aoti import load_package
 
     package = load_package(compiled_package.path, read_package_spec(compiled_package.path))
     return package.run(load_tensors(compiled_package.input_file))

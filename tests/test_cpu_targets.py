@@ -15,14 +15,14 @@ import torch
 from typer.testing import CliRunner
 
 from conftest import edit_spec, run_cpp_runtime, run_python_runtime
-from identity_conv.cli.export_compile import app as export_compile_app
-from identity_conv.errors import InputError
-from identity_conv.models.identity import IdentityModel
-from identity_conv.package.archive import read_package_spec
-from identity_conv.package.host import host_cpu_flags
-from identity_conv.runtime.tensor_files import save_tensors
-from identity_conv.verify.bits import compare_bits
-from identity_conv.verify.special_values import special_values
+from aoti_deploy.cli.export_compile import app as export_compile_app
+from aoti_deploy.errors import InputError
+from aoti_deploy.models.identity import IdentityModel
+from aoti_deploy.package.archive import read_package_spec
+from aoti_deploy.package.host import host_cpu_flags
+from aoti_deploy.runtime.tensor_files import save_tensors
+from aoti_deploy.verify.bits import compare_bits
+from aoti_deploy.verify.special_values import special_values
 
 SHAPE = (2, 3, 16, 16)
 # The psABI levels' features in /proc/cpuinfo's names, written out here rather than
@@ -180,7 +180,7 @@ def test_a_native_package_from_another_cpu_points_to_cpu_target(compiled_package
 
 
 def test_unknown_or_unrunnable_targets_are_refused_before_the_build(tmp_path, op_library):
-    from identity_conv.compiler.cpu_target import check_cpu_target
+    from aoti_deploy.compiler.cpu_target import check_cpu_target
 
     result = CliRunner().invoke(export_compile_app, ["--cpu-target", "x86-64-v5", "--output", str(tmp_path / "m.pt2")])
     assert result.exit_code == 2 and "x86-64-v5" in result.output
@@ -214,7 +214,7 @@ def test_vector_isa_is_capped_at_the_target(target):
     otherwise add -mavx512vnni or -mavx512bf16."""
     from torch._inductor import config, cpp_builder, cpu_vec_isa
 
-    from identity_conv.compiler.cpu_target import compiling_for
+    from aoti_deploy.compiler.cpu_target import compiling_for
 
     before = cpu_vec_isa.valid_vec_isa_list
     with compiling_for(target) as settings, config.patch(settings):
@@ -237,8 +237,8 @@ def test_a_torch_that_breaks_the_cap_fails_the_compile(monkeypatch):
     that says so, and the ISA list is restored."""
     from torch._inductor import cpu_vec_isa
 
-    from identity_conv.compiler.cpu_target import check_compiled_isa, compiling_for
-    from identity_conv.errors import CompileError
+    from aoti_deploy.compiler.cpu_target import check_compiled_isa, compiling_for
+    from aoti_deploy.errors import CompileError
 
     before = cpu_vec_isa.valid_vec_isa_list
     monkeypatch.setattr(cpu_vec_isa, "pick_vec_isa", lambda: cpu_vec_isa.VecAVX512VNNI())

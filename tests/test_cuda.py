@@ -9,8 +9,8 @@ import torch
 from typer.testing import CliRunner
 
 from conftest import run_both_runtimes
-from identity_conv.cli.export_compile import app as export_compile_app
-from identity_conv.verify.special_values import INT_TWIN, special_values
+from aoti_deploy.cli.export_compile import app as export_compile_app
+from aoti_deploy.verify.special_values import INT_TWIN, special_values
 
 pytestmark = pytest.mark.cuda
 
@@ -40,7 +40,7 @@ def test_class_forward_on_cuda_keeps_bits(op_library, dtype, contiguous):
 
 
 def test_cuda_package_records_its_device(cuda_package):
-    from identity_conv.package.archive import read_package_spec
+    from aoti_deploy.package.archive import read_package_spec
 
     assert read_package_spec(cuda_package).device == "cuda"
 

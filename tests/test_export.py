@@ -6,11 +6,11 @@ from __future__ import annotations
 import torch
 
 from conftest import PACKAGE_SHAPE
-from identity_conv.compiler.export import export_model, graph_calls, output_specs
-from identity_conv.models.identity import IdentityModel
-from identity_conv.models.user import DynamicDim
-from identity_conv.package.archive import read_package_spec
-from identity_conv.package.spec import DimSpec, TensorSpec
+from aoti_deploy.compiler.export import export_model, graph_calls, output_specs
+from aoti_deploy.models.identity import IdentityModel
+from aoti_deploy.models.user import DynamicDim
+from aoti_deploy.package.archive import read_package_spec
+from aoti_deploy.package.spec import DimSpec, TensorSpec
 
 
 def test_exported_graph_calls_the_torchbind_class_and_the_custom_op(op_library):
@@ -98,8 +98,8 @@ def test_export_compile_says_the_model_is_exported_in_eval_mode(compiled_package
 def test_a_model_in_training_mode_is_exported_in_eval_mode(tmp_path):
     """Batch norm with running statistics (mean 1, variance 4): the package normalizes
     with them, as eval does, not with the batch's own statistics, as training would."""
-    from identity_conv.compiler.pipeline import BuildConfig, export_and_compile
-    from identity_conv.runtime.aoti import load_package
+    from aoti_deploy.compiler.pipeline import BuildConfig, export_and_compile
+    from aoti_deploy.runtime.aoti import load_package
 
     norm = torch.nn.BatchNorm2d(3, affine=False)
     norm.running_mean.fill_(1.0)
@@ -122,15 +122,15 @@ def test_an_unbounded_dim_is_recorded_inspected_and_run_as_unbounded(build, tmp_
     from typer.testing import CliRunner
 
     from conftest import _export_model_package, run_cmd
-    from identity_conv.cli.inspect_package import app as inspect_app
-    from identity_conv.cli.run_inference import app as run_inference_app
-    from identity_conv.package.archive import read_package_metadata
-    from identity_conv.runtime.tensor_files import load_tensors, save_tensors
+    from aoti_deploy.cli.inspect_package import app as inspect_app
+    from aoti_deploy.cli.run_inference import app as run_inference_app
+    from aoti_deploy.package.archive import read_package_metadata
+    from aoti_deploy.runtime.tensor_files import load_tensors, save_tensors
 
     package = _export_model_package(tmp_path, [
         "--model", "examples.user_models:scale_shift_model", "--input-shape", "4,16", "--input-shape", "16",
         "--dynamic-dim", "0.0=1:"]).path
-    document = json.loads(read_package_metadata(package)["identity_conv.spec"])
+    document = json.loads(read_package_metadata(package)["aoti_deploy.spec"])
     assert document["schema_version"] == 3
     assert document["inputs"][0]["dims"] == [{"min": 1, "max": None}, {"min": 16, "max": 16}]
     assert [o["dims"][0] for o in document["outputs"]] == [{"min": 1, "max": None}] * 2

@@ -177,16 +177,16 @@ def metadata_edit(edit: Callable[[dict], None], suffix: str = "wrapper_metadata.
 
 def spec_edit(edit: Callable[[dict], None]):
     def on_metadata(metadata: dict) -> None:
-        document = json.loads(metadata["identity_conv.spec"])
+        document = json.loads(metadata["aoti_deploy.spec"])
         edit(document)
-        metadata["identity_conv.spec"] = json.dumps(document)
+        metadata["aoti_deploy.spec"] = json.dumps(document)
     return metadata_edit(on_metadata)
 
 
 def deep_spec(metadata: dict) -> None:
-    document = json.loads(metadata["identity_conv.spec"])
+    document = json.loads(metadata["aoti_deploy.spec"])
     document["extra"] = "DEEP"
-    metadata["identity_conv.spec"] = json.dumps(document).replace('"DEEP"', "[" * 150_000 + "]" * 150_000)
+    metadata["aoti_deploy.spec"] = json.dumps(document).replace('"DEEP"', "[" * 150_000 + "]" * 150_000)
 
 
 def dynamic_where_static(document: dict) -> None:
@@ -259,7 +259,7 @@ ESCAPE_NAME = "hostile_escape_marker.txt"
 
 PACKAGE_CASES = [
     PackageCase("spec-nested-150k", metadata_edit(deep_spec),
-                "identity_conv.spec is not valid JSON (nested more than 64 levels deep)"),
+                "aoti_deploy.spec is not valid JSON (nested more than 64 levels deep)"),
     PackageCase("metadata-nested-120k", lambda n, d: b"[" * 120_000 + b"]" * 120_000
                 if n.endswith("wrapper_metadata.json") else d, "wrapper_metadata.json is not valid JSON (nested more "
                 "than 64 levels deep)"),

@@ -25,8 +25,8 @@ import pytest
 import torch
 
 from conftest import REPO_ROOT, Build, CompiledPackage, UserPackage, run_cmd
-from identity_conv.runtime.tensor_files import load_tensors
-from identity_conv.verify.bits import compare_bits
+from aoti_deploy.runtime.tensor_files import load_tensors
+from aoti_deploy.verify.bits import compare_bits
 
 pytestmark = pytest.mark.skipif(shutil.which("readelf") is None, reason="needs readelf (binutils)")
 
@@ -34,13 +34,13 @@ INSTALL_HELPER = REPO_ROOT / "cmake" / "install_runtime_deps.cmake"
 
 
 def system_sonames() -> list[str]:
-    """The soname regexes of _IDENTITY_CONV_SYSTEM_SONAMES in cmake/install_runtime_deps.cmake:
+    """The soname regexes of _AOTI_DEPLOY_SYSTEM_SONAMES in cmake/install_runtime_deps.cmake:
     what the install leaves to the machine (glibc's own pieces, libstdc++, libgcc_s, the CUDA
     driver), read from its one definition. Each is a quoted CMake argument, whose escapes
     (a doubled backslash for one) are undone; CMake's regex syntax there is Python's too."""
     text = INSTALL_HELPER.read_text()
-    block = re.search(r'set\(_IDENTITY_CONV_SYSTEM_SONAMES((?:\s+"(?:[^"\\]|\\.)*")+)\s*\)', text)
-    assert block, f"no set(_IDENTITY_CONV_SYSTEM_SONAMES \"...\" ...) of quoted regexes in {INSTALL_HELPER}"
+    block = re.search(r'set\(_AOTI_DEPLOY_SYSTEM_SONAMES((?:\s+"(?:[^"\\]|\\.)*")+)\s*\)', text)
+    assert block, f"no set(_AOTI_DEPLOY_SYSTEM_SONAMES \"...\" ...) of quoted regexes in {INSTALL_HELPER}"
     return [re.sub(r"\\(.)", r"\1", quoted) for quoted in re.findall(r'"((?:[^"\\]|\\.)*)"', block.group(1))]
 
 
@@ -312,7 +312,7 @@ def test_install_fails_clearly_when_no_installed_openmp_library_is_libgomp_so_1(
     def check(*dependencies: Path) -> subprocess.CompletedProcess[str]:
         script = tmp_path / "check.cmake"
         paths = " ".join(f'"{d}"' for d in dependencies)
-        script.write_text(f'include("{INSTALL_HELPER}")\n_identity_conv_check_openmp("/built/aoti_runner" "{libdir}" {paths})\n')
+        script.write_text(f'include("{INSTALL_HELPER}")\n_aoti_deploy_check_openmp("/built/aoti_runner" "{libdir}" {paths})\n')
         return run_cmd(Path(sys.executable).parent / "cmake", "-P", script)
 
     hashed = library("libgomp-a34b3233.so.1", "libgomp-a34b3233.so.1")

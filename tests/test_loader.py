@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from conftest import REPO_ROOT
-from identity_conv.errors import IdentityConvError, OpLibraryError
-from identity_conv.locate import BUILD_DIR_ENV_VAR, build_dir, op_library_path, runner_path
-from identity_conv.ops import LIBRARY_ENV_VAR, load_op_library
+from aoti_deploy.errors import AotiDeployError, OpLibraryError
+from aoti_deploy.locate import BUILD_DIR_ENV_VAR, build_dir, op_library_path, runner_path
+from aoti_deploy.ops import LIBRARY_ENV_VAR, load_op_library
 
 
 def _load_in_fresh_process(code: str, cwd: str = "/", **env: str) -> subprocess.CompletedProcess[str]:
@@ -22,7 +22,7 @@ def _load_in_fresh_process(code: str, cwd: str = "/", **env: str) -> subprocess.
 
 
 def test_the_build_folder_is_the_checkouts_from_any_folder(build, monkeypatch, tmp_path):
-    """Not the current folder's build/: a relative $IDENTITY_CONV_BUILD_DIR is read
+    """Not the current folder's build/: a relative $AOTI_DEPLOY_BUILD_DIR is read
     against the checkout's root, and without it the checkout's build/ is used."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(LIBRARY_ENV_VAR, raising=False)
@@ -45,9 +45,9 @@ def test_a_set_library_variable_is_honoured_or_an_error(build, monkeypatch, tmp_
 
 def test_a_missing_runner_names_the_folder_it_looked_in(monkeypatch, tmp_path):
     monkeypatch.setenv(BUILD_DIR_ENV_VAR, str(tmp_path / "nobuild"))
-    with pytest.raises(IdentityConvError, match=f"C\\+\\+ runner not found: {tmp_path / 'nobuild' / 'aoti_runner'}"):
+    with pytest.raises(AotiDeployError, match=f"C\\+\\+ runner not found: {tmp_path / 'nobuild' / 'aoti_runner'}"):
         runner_path()
-    with pytest.raises(IdentityConvError, match="given with --runner"):
+    with pytest.raises(AotiDeployError, match="given with --runner"):
         runner_path(tmp_path / "absent_runner")
 
 
@@ -65,8 +65,8 @@ def test_missing_library_error_names_the_folder_it_looked_in(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != LIBRARY_ENV_VAR}
     result = subprocess.run(
         [sys.executable, "-c",
-         "from identity_conv.ops import loader as ops\n"
-         "from identity_conv.errors import OpLibraryError\n"
+         "from aoti_deploy.ops import loader as ops\n"
+         "from aoti_deploy.errors import OpLibraryError\n"
          "try:\n"
          "    ops.load_op_library()\n"
          "except OpLibraryError as e:\n"
@@ -92,9 +92,9 @@ def test_default_load_after_an_explicit_path_needs_no_build_folder(build, tmp_pa
     copy.parent.mkdir()
     copy.write_bytes(build.op_library.read_bytes())
     result = _load_in_fresh_process(
-        "from identity_conv.ops import loader as ops\n"
+        "from aoti_deploy.ops import loader as ops\n"
         f"first = ops.load_op_library({str(copy)!r})\n"
-        "from identity_conv.models.identity import IdentityModel\n"
+        "from aoti_deploy.models.identity import IdentityModel\n"
         "IdentityModel(3)\n"
         "print('same' if ops.load_op_library() == first else 'different')\n",
         **{BUILD_DIR_ENV_VAR: str(tmp_path)},
@@ -108,8 +108,8 @@ def test_a_second_copy_of_the_library_is_refused_not_aborted(build, tmp_path):
     result = _load_in_fresh_process(
         "import torch\n"
         f"torch.ops.load_library({str(build.op_library)!r})\n"
-        "from identity_conv.ops import load_op_library\n"
-        "from identity_conv.errors import OpLibraryError\n"
+        "from aoti_deploy.ops import load_op_library\n"
+        "from aoti_deploy.errors import OpLibraryError\n"
         "try:\n"
         f"    load_op_library({str(copy)!r})\n"
         "except OpLibraryError as e:\n"
@@ -122,8 +122,8 @@ def test_a_second_copy_of_the_library_is_refused_not_aborted(build, tmp_path):
 def test_a_library_without_the_ops_is_refused(build):
     other_so = Path(torch.__file__).parent / "lib" / "libtorch_global_deps.so"
     result = _load_in_fresh_process(
-        "from identity_conv.ops import load_op_library\n"
-        "from identity_conv.errors import OpLibraryError\n"
+        "from aoti_deploy.ops import load_op_library\n"
+        "from aoti_deploy.errors import OpLibraryError\n"
         "try:\n"
         f"    load_op_library({str(other_so)!r})\n"
         "except OpLibraryError as e:\n"

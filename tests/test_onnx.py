@@ -3,7 +3,7 @@ onnx.checker and run in onnxruntime bit for bit against eager, run_inference on 
 files, and the errors for what ONNX cannot take.
 
 Skipped with the reason when the ONNX extra is missing; scripts/test.sh installs it
-and sets IDENTITY_CONV_REQUIRE_ONNX=1, which turns a missing extra into a failure."""
+and sets AOTI_DEPLOY_REQUIRE_ONNX=1, which turns a missing extra into a failure."""
 
 from __future__ import annotations
 
@@ -15,18 +15,18 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from identity_conv.cli.export_compile import app as export_compile_app
-from identity_conv.cli.run_inference import app as run_inference_app
-from identity_conv.models.identity import IdentityModel
-from identity_conv.compiler.onnx_export import missing_onnx_packages
-from identity_conv.verify.special_values import special_values
-from identity_conv.runtime.tensor_files import save_tensors
-from identity_conv.verify.bits import bit_view
+from aoti_deploy.cli.export_compile import app as export_compile_app
+from aoti_deploy.cli.run_inference import app as run_inference_app
+from aoti_deploy.models.identity import IdentityModel
+from aoti_deploy.compiler.onnx_export import missing_onnx_packages
+from aoti_deploy.verify.special_values import special_values
+from aoti_deploy.runtime.tensor_files import save_tensors
+from aoti_deploy.verify.bits import bit_view
 
 from conftest import Build, run_cmd
 
 _MISSING = missing_onnx_packages()
-_REQUIRED = os.environ.get("IDENTITY_CONV_REQUIRE_ONNX") == "1"
+_REQUIRED = os.environ.get("AOTI_DEPLOY_REQUIRE_ONNX") == "1"
 pytestmark = pytest.mark.skipif(
     bool(_MISSING) and not _REQUIRED,
     reason=f"the ONNX extra is not installed ({', '.join(_MISSING)}); pip install -e '.[onnx]'",
@@ -35,9 +35,9 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(autouse=True)
 def _onnx_extra() -> None:
-    """With IDENTITY_CONV_REQUIRE_ONNX=1 (scripts/test.sh), a missing extra fails each test."""
+    """With AOTI_DEPLOY_REQUIRE_ONNX=1 (scripts/test.sh), a missing extra fails each test."""
     if _MISSING:
-        pytest.fail(f"IDENTITY_CONV_REQUIRE_ONNX=1, but the ONNX extra is missing ({', '.join(_MISSING)}): "
+        pytest.fail(f"AOTI_DEPLOY_REQUIRE_ONNX=1, but the ONNX extra is missing ({', '.join(_MISSING)}): "
                     "install it with pip install -e '.[onnx]'")
 
 # The files are exported at this shape with batch, height and width dynamic, and run
@@ -143,7 +143,7 @@ def test_plain_onnxruntime_cannot_run_the_custom_domain_file(onnx_files):
 
 
 def test_custom_domain_file_runs_bit_exact_with_the_op_library_kernels(onnx_files):
-    from identity_conv.runtime.onnx_runtime import load_onnx, read_onnx_spec
+    from aoti_deploy.runtime.onnx_runtime import load_onnx, read_onnx_spec
 
     path = onnx_files["custom-domain"].path
     spec = read_onnx_spec(path)
@@ -161,8 +161,8 @@ def test_custom_domain_kernels_are_the_op_librarys(onnx_files):
     node's attribute reaches the class's own check."""
     import onnx
 
-    from identity_conv.runtime.onnx_runtime import load_onnx, read_onnx_spec
-    from identity_conv.errors import PackageError
+    from aoti_deploy.runtime.onnx_runtime import load_onnx, read_onnx_spec
+    from aoti_deploy.errors import PackageError
 
     path = onnx_files["custom-domain"].path
     model = onnx.load(str(path))
@@ -262,9 +262,9 @@ def test_an_op_that_writes_its_argument_is_refused_by_both_modes_alike(tmp_path,
 def test_an_op_without_translation_is_named(op_library, monkeypatch):
     """A functional op with no portable translation: the error names it, with the
     registration call to add (or the custom-domain mode, which does take it)."""
-    from identity_conv import onnx_translations
-    from identity_conv.compiler.onnx_export import prepare_onnx
-    from identity_conv.errors import ExportError
+    from aoti_deploy import onnx_translations
+    from aoti_deploy.compiler.onnx_export import prepare_onnx
+    from aoti_deploy.errors import ExportError
 
     monkeypatch.setattr(onnx_translations, "_PORTABLE", {})
     with pytest.raises(ExportError, match=r"no ONNX translation for the custom op\(s\) "
@@ -273,9 +273,9 @@ def test_an_op_without_translation_is_named(op_library, monkeypatch):
 
 
 def test_a_torchbind_class_without_route_is_named(op_library, monkeypatch):
-    from identity_conv import onnx_translations
-    from identity_conv.errors import ExportError
-    from identity_conv.compiler.onnx_export import prepare_onnx
+    from aoti_deploy import onnx_translations
+    from aoti_deploy.errors import ExportError
+    from aoti_deploy.compiler.onnx_export import prepare_onnx
 
     monkeypatch.setattr(onnx_translations, "_CLASS_ROUTES", {})
     model = IdentityModel(3).eval()
@@ -328,7 +328,7 @@ def test_custom_domain_float_attributes_must_be_exact_in_float32(build: Build, o
 def test_inspect_package_reads_onnx_files(onnx_files):
     import json
 
-    from identity_conv.cli.inspect_package import app as inspect_app
+    from aoti_deploy.cli.inspect_package import app as inspect_app
 
     result = CliRunner().invoke(inspect_app, [str(onnx_files["custom-domain"].path), "--json"])
     assert result.exit_code == 0, result.output
@@ -344,7 +344,7 @@ def test_inspect_package_reads_onnx_files(onnx_files):
 def test_the_parity_matrix_onnx_column(parity_matrix):
     """float32 and float16: the portable file in onnxruntime has eager's bits in every
     cell, special values included. bfloat16 and float64: n/a, with the reason."""
-    from identity_conv.verify.parity import ONNX_PAIR, cell_passed
+    from aoti_deploy.verify.parity import ONNX_PAIR, cell_passed
 
     _, results = parity_matrix
     for cell in results:
@@ -360,8 +360,8 @@ def test_the_parity_matrix_onnx_column(parity_matrix):
 def test_a_differing_onnx_column_fails_the_cell(parity_matrix):
     from dataclasses import replace
 
-    from identity_conv.verify.parity import ONNX_PAIR, cell_passed
-    from identity_conv.verify.bits import BitReport
+    from aoti_deploy.verify.parity import ONNX_PAIR, cell_passed
+    from aoti_deploy.verify.bits import BitReport
 
     _, results = parity_matrix
     cell = next(c for c in results if ONNX_PAIR in c.pairs)
@@ -383,8 +383,8 @@ def test_custom_domain_nodes_keep_every_bit_but_quiet_signalling_nans(op_library
     outputs travel as Python floats (doubles), which quiets a float32 signalling NaN.
     Every other value (-0.0, NaN payloads, infinities, subnormals) keeps its bits, and
     float64 keeps all of them; so does the portable file."""
-    from identity_conv.compiler.onnx_export import export_onnx
-    from identity_conv.runtime.onnx_runtime import load_onnx
+    from aoti_deploy.compiler.onnx_export import export_onnx
+    from aoti_deploy.runtime.onnx_runtime import load_onnx
 
     x = special_values(RUN_SHAPE, dtype, seed=3)
     bits = bit_view(x)

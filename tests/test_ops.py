@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from identity_conv.ops import identity_conv
-from identity_conv.verify.special_values import INT_TWIN, SPECIAL_BITS
-from identity_conv.verify.special_values import special_values as make_special_values
+from aoti_deploy.ops import identity_conv
+from aoti_deploy.verify.special_values import INT_TWIN, SPECIAL_BITS
+from aoti_deploy.verify.special_values import special_values as make_special_values
 from conftest import requires_cuda
 
 FLOAT_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]

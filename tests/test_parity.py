@@ -7,10 +7,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from identity_conv.cli.verify_matrix import app as verify_app
-from identity_conv.models.identity import IdentityModel
-from identity_conv.package.dtypes import DTYPES
-from identity_conv.verify.parity import (
+from aoti_deploy.cli.verify_matrix import app as verify_app
+from aoti_deploy.models.identity import IdentityModel
+from aoti_deploy.package.dtypes import DTYPES
+from aoti_deploy.verify.parity import (
     IDENTITY_PAIR,
     RUNTIME_PAIRS,
     attribute_layers,
@@ -72,8 +72,8 @@ def test_cell_fails_when_a_runtime_pair_differs(parity_matrix):
 def test_cell_fails_on_unexplained_or_random_input_deviations(parity_matrix):
     from dataclasses import replace
 
-    from identity_conv.verify.parity import LayerChange
-    from identity_conv.verify.bits import BitReport
+    from aoti_deploy.verify.parity import LayerChange
+    from aoti_deploy.verify.bits import BitReport
 
     _, results = parity_matrix
     special = next(c for c in results if c.input_kind == "special")

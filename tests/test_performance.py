@@ -18,17 +18,17 @@ from typer.testing import CliRunner
 from conftest import PACKAGE_SHAPE, run_cli, run_cmd
 # The bring-your-own-model package with two inputs and two outputs (not an identity).
 from test_user_models import scale_shift  # noqa: F401
-import identity_conv.bench.benchmark as benchmark_stage
-from identity_conv.compiler.cache import cache_key
-from identity_conv.cli.benchmark import app as benchmark_app
-from identity_conv.cli.export_compile import app as export_compile_app
-from identity_conv.cli.run_inference import app as run_inference_app
-from identity_conv.models.identity import IdentityModel
-from identity_conv.compiler.optimize import optimize_program
-from identity_conv.package.archive import read_package_spec
-from identity_conv.package.spec import CLOSE, Tolerance
-from identity_conv.verify.special_values import INT_TWIN, special_values
-from identity_conv.runtime.tensor_files import load_tensors, save_tensors
+import aoti_deploy.bench.benchmark as benchmark_stage
+from aoti_deploy.compiler.cache import cache_key
+from aoti_deploy.cli.benchmark import app as benchmark_app
+from aoti_deploy.cli.export_compile import app as export_compile_app
+from aoti_deploy.cli.run_inference import app as run_inference_app
+from aoti_deploy.models.identity import IdentityModel
+from aoti_deploy.compiler.optimize import optimize_program
+from aoti_deploy.package.archive import read_package_spec
+from aoti_deploy.package.spec import CLOSE, Tolerance
+from aoti_deploy.verify.special_values import INT_TWIN, special_values
+from aoti_deploy.runtime.tensor_files import load_tensors, save_tensors
 
 runner = CliRunner()
 
@@ -143,7 +143,7 @@ def test_optimized_program_keeps_eager_bits_for_any_weights(weights):
 def test_a_bare_multiply_would_change_special_values():
     """Why the rewrite maps zeros to +0.0: without it, -0.0 would survive where the
     conv makes +0.0, and the probe must (and does) see the difference."""
-    from identity_conv.compiler.optimize import _positive_zero
+    from aoti_deploy.compiler.optimize import _positive_zero
 
     x = special_values((1, 3, 4, 4), torch.float32)
     weight = torch.ones(3, 1, 1, 1)
@@ -242,7 +242,7 @@ def test_benchmark_tiny_run_writes_json_markdown_and_png(build, op_library, tmp_
     data = json.loads((tmp_path / "bench.json").read_text(), parse_constant=reject)
     (size,) = data["sizes"]
     assert size["shape"] == [1, 3, 16, 16]
-    from identity_conv.compiler.onnx_export import missing_onnx_packages
+    from aoti_deploy.compiler.onnx_export import missing_onnx_packages
 
     # The ONNX path is measured by default whenever the ONNX extra is installed.
     onnx = [] if missing_onnx_packages() else ["ONNX (onnxruntime)"]
@@ -367,9 +367,9 @@ def test_cache_key_changes_with_the_toolkits_own_sources(tmp_path, monkeypatch):
     """What a package records is the toolkit's doing (e.g. its outputs, which packages
     from before lack): a toolkit that records more must miss on their keys, so a hit
     never hands back a spec that a fresh build would record differently."""
-    from identity_conv.compiler import cache
+    from aoti_deploy.compiler import cache
 
-    toolkit = tmp_path / "identity_conv"
+    toolkit = tmp_path / "aoti_deploy"
     toolkit.mkdir()
     (toolkit / "spec.py").write_text("OUTPUTS = False\n")
     monkeypatch.setattr(cache, "_TOOLKIT_DIR", toolkit)
@@ -467,7 +467,7 @@ def test_cache_key_of_an_installed_library_reads_its_record_not_every_file():
     pip writes with every file's sha256, instead of hashing each of its files."""
     import numpy  # noqa: F401
 
-    from identity_conv.compiler.cache import _source_digests
+    from aoti_deploy.compiler.cache import _source_digests
 
     class FromInstalledLibrary(torch.nn.Module):
         pass
@@ -512,7 +512,7 @@ def test_runner_bench_chooses_intra_op_threads_by_timing_the_package(compiled_pa
 # --- the compile-time section and the CPU-target rows -----------------------------------
 
 def _compile_times(toolkit_s: float, baseline_s: float, warm_s: float):
-    from identity_conv.bench.compile_time import CompileRun, CompileTimes
+    from aoti_deploy.bench.compile_time import CompileRun, CompileTimes
 
     toolkit = CompileRun(9.0, 1.5, toolkit_s, {"export": 1.0, "compile": toolkit_s - 1.0})
     baseline = CompileRun(9.0, 1.5, baseline_s, {"export": 1.0, "compile": baseline_s - 1.0})
@@ -537,7 +537,7 @@ def test_compile_section_targets_and_markdown(toolkit_s, baseline_s, warm_s, met
 
 
 def test_benchmark_cpu_targets_option(build, tmp_path):
-    from identity_conv.cli.benchmark import _cpu_targets
+    from aoti_deploy.cli.benchmark import _cpu_targets
 
     assert _cpu_targets("none") == []
     assert _cpu_targets("x86-64-v2, x86-64-v2") == ["x86-64-v2"]

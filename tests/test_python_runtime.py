@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from identity_conv.errors import InputError, PackageError
-from identity_conv.package.archive import read_package_spec
-from identity_conv.runtime.aoti import load_package
-from identity_conv.verify.bits import compare_bits
+from aoti_deploy.errors import InputError, PackageError
+from aoti_deploy.package.archive import read_package_spec
+from aoti_deploy.runtime.aoti import load_package
+from aoti_deploy.verify.bits import compare_bits
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def test_missing_package(tmp_path):
 
 
 def test_instruction_set_flags_keep_isa_flags_only():
-    from identity_conv.package.host import instruction_set_flags, missing_cpu_flags
+    from aoti_deploy.package.host import instruction_set_flags, missing_cpu_flags
 
     x86 = {"fpu", "sse2", "avx2", "avx512f", "avx512_vnni", "amx_tile", "hypervisor", "tsc", "fma", "lm"}
     assert instruction_set_flags(x86) == ["amx_tile", "avx2", "avx512_vnni", "avx512f", "fma", "sse2"]

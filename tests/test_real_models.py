@@ -16,12 +16,12 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import REPO_ROOT, Build, edit_spec, run_cmd
-from identity_conv.cli.compare_tensors import app as compare_tensors_app
-from identity_conv.cli.export_compile import app as export_compile_app
-from identity_conv.package.archive import read_package_spec
-from identity_conv.package.spec import BITWISE, CLOSE, Tolerance
-from identity_conv.runtime.tensor_files import load_tensors, save_tensors
-from identity_conv.verify.bits import compare_bits
+from aoti_deploy.cli.compare_tensors import app as compare_tensors_app
+from aoti_deploy.cli.export_compile import app as export_compile_app
+from aoti_deploy.package.archive import read_package_spec
+from aoti_deploy.package.spec import BITWISE, CLOSE, Tolerance
+from aoti_deploy.runtime.tensor_files import load_tensors, save_tensors
+from aoti_deploy.verify.bits import compare_bits
 
 RUN_INFERENCE = Path(sys.executable).parent / "run_inference"
 

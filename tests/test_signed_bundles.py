@@ -20,10 +20,10 @@ import pytest
 import torch
 
 from conftest import Build, CompiledPackage, run_cli, run_cmd
-from identity_conv.runtime.tensor_files import load_tensors
-from identity_conv.verify.bits import bit_view
+from aoti_deploy.runtime.tensor_files import load_tensors
+from aoti_deploy.verify.bits import bit_view
 
-TRUSTED_KEY_ENV = "IDENTITY_CONV_TRUSTED_KEY"
+TRUSTED_KEY_ENV = "AOTI_DEPLOY_TRUSTED_KEY"
 
 # A valid shared object whose constructor writes the file $MARKER_PATH: if it is ever
 # dlopen'ed, the marker appears.
@@ -360,7 +360,7 @@ def test_what_runs_is_the_verified_private_copy(runtime: str, build: Build, sign
         else [str(Path(sys.executable).parent / "run_inference"), str(bundle)]
     )
     env = {**os.environ, "MARKER_PATH": str(marker), "PYTHONUNBUFFERED": "1", TRUSTED_KEY_ENV: str(keys.public("signing")),
-           "IDENTITY_CONV_BUILD_DIR": str(build.dir)}
+           "AOTI_DEPLOY_BUILD_DIR": str(build.dir)}
     process = subprocess.Popen(command + ["--inputs", str(signed.input_file)], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     first_line = process.stdout.readline()
@@ -417,7 +417,7 @@ def test_the_benchmark_times_verification_and_cold_start(build: Build, compiled_
                                                          tmp_path: Path) -> None:
     """The benchmark's signed-bundle section on the session's package, one run each
     (the numbers are reported by the benchmark, not judged here)."""
-    from identity_conv.bench.signing import make_key_pair, measure_bundle
+    from aoti_deploy.bench.signing import make_key_pair, measure_bundle
 
     private_key, public_key = make_key_pair(tmp_path / "keys")
     result = measure_bundle("session", compiled_package.path, [build.op_library], build.runner, tmp_path,

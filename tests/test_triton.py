@@ -20,19 +20,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from identity_conv.package.archive import read_package_spec
-from identity_conv.package.bundle import write_bundle
-from identity_conv.runtime.tensor_files import save_tensors
-from identity_conv.verify.bits import bit_view
-from identity_conv.verify.special_values import special_values
+from aoti_deploy.package.archive import read_package_spec
+from aoti_deploy.package.bundle import write_bundle
+from aoti_deploy.runtime.tensor_files import save_tensors
+from aoti_deploy.verify.bits import bit_view
+from aoti_deploy.verify.special_values import special_values
 
 from conftest import Build, CompiledPackage, _export, edit_spec, rewrite_metadata, run_cmd, skip_or_fail_without_triton
 from test_hostile_files import ESCAPE_NAME as HOSTILE_ESCAPE
 from test_hostile_files import PACKAGE_CASES as HOSTILE_PACKAGES
 from test_hostile_files import rewrite_zip
 
-from identity_conv.serve import triton_server
-from identity_conv.serve.triton_repository import config_text, write_repository
+from aoti_deploy.serve import triton_server
+from aoti_deploy.serve.triton_repository import config_text, write_repository
 
 pytestmark = pytest.mark.triton
 

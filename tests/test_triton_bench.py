@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-import identity_conv.bench.triton as triton_stage
+import aoti_deploy.bench.triton as triton_stage
 from conftest import PACKAGE_SHAPE, Build, CompiledPackage, skip_or_fail_without_triton
-from identity_conv.bench.benchmark import BenchReport, Latency, markdown_table, write_json
-from identity_conv.compiler.pipeline import BuildConfig, export_and_compile
+from aoti_deploy.bench.benchmark import BenchReport, Latency, markdown_table, write_json
+from aoti_deploy.compiler.pipeline import BuildConfig, export_and_compile
 
 @pytest.fixture(scope="module")
 def triton_bench(tmp_path_factory: pytest.TempPathFactory, build: Build, op_library: Path,
@@ -110,7 +110,7 @@ def test_targets_json_and_markdown(triton_bench, tmp_path):
 
 def test_section_says_why_it_was_skipped(tmp_path, monkeypatch):
     """Without the extra (or the backend) the benchmark goes on and says why."""
-    import identity_conv.bench.benchmark as benchmark_stage
+    import aoti_deploy.bench.benchmark as benchmark_stage
 
     monkeypatch.setattr(triton_stage, "triton_unavailable_reason", lambda runner=None: "tritonserver is missing")
     report = BenchReport({"cpu": "test", "cores": "2"}, "test", 0.01, True, 1)
@@ -123,8 +123,8 @@ def test_section_says_why_it_was_skipped(tmp_path, monkeypatch):
 def test_the_benchmark_passes_its_own_cpp_row_as_the_reference(tmp_path, monkeypatch):
     """With 1x3x224x224 measured, the section reuses that package and its AOTI-C++ row,
     and compiles only the dynamic-batch package (dim 0 from 1 to MAX_BATCH)."""
-    import identity_conv.bench.benchmark as benchmark_stage
-    from identity_conv.bench.benchmark import SizeResult
+    import aoti_deploy.bench.benchmark as benchmark_stage
+    from aoti_deploy.bench.benchmark import SizeResult
 
     row = Latency(23.0, 24.0, 27.0, 200)
     report = BenchReport({"cpu": "test", "cores": "2"}, "test", 0.1, True, 3)

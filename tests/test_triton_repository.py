@@ -14,10 +14,10 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import Build, CompiledPackage, edit_spec, run_cli, skip_or_fail_without_triton
-from identity_conv.errors import IdentityConvError, PackageError
-from identity_conv.package.archive import read_package_spec
-from identity_conv.package.spec import DimSpec, PackageSpec, TensorSpec
-from identity_conv.serve.triton_repository import (
+from aoti_deploy.errors import AotiDeployError, PackageError
+from aoti_deploy.package.archive import read_package_spec
+from aoti_deploy.package.spec import DimSpec, PackageSpec, TensorSpec
+from aoti_deploy.serve.triton_repository import (
     CONFIG_NAME,
     config_text,
     default_model_name,
@@ -304,7 +304,7 @@ def test_python_only_ops_are_refused():
 
 @pytest.mark.parametrize("name", ["", ".hidden", "a/b", "has space", "..", "naïve"])
 def test_bad_model_names_are_refused(name):
-    with pytest.raises(IdentityConvError, match="invalid model name"):
+    with pytest.raises(AotiDeployError, match="invalid model name"):
         config_text(STATIC_SPEC, name)
 
 
@@ -348,14 +348,14 @@ def test_write_repository_refuses_before_writing(compiled_package: CompiledPacka
     python_only = edit_spec(compiled_package.path, tmp_path / "py.pt2", python_only_ops=["python_only_example::double"])
     with pytest.raises(PackageError, match="python_only_example::double"):
         write_repository(python_only, repository, name="py", op_libraries=[op_library])
-    with pytest.raises(IdentityConvError, match="whole number, 1 or more"):
+    with pytest.raises(AotiDeployError, match="whole number, 1 or more"):
         write_repository(compiled_package.path, repository, name="demo", version=0)
     with pytest.raises(PackageError, match="trusted key not found"):
         write_repository(compiled_package.path, repository, name="demo", trusted_key=tmp_path / "none.pub")
     # Library and key errors are write_bundle's, as for the bundle CLI.
     with pytest.raises(PackageError, match="op library not found"):
         write_repository(compiled_package.path, repository, name="demo", op_libraries=[tmp_path / "none.so"])
-    with pytest.raises(IdentityConvError):
+    with pytest.raises(AotiDeployError):
         write_repository(compiled_package.path, repository, name="demo", sign_key=tmp_path / "none.pem")
     assert not repository.exists()
 
@@ -374,7 +374,7 @@ def test_trusted_key_without_signing_warns(compiled_package: CompiledPackage, op
 
 
 def test_cli_writes_and_summarises(compiled_package: CompiledPackage, op_library: Path, tmp_path: Path):
-    from identity_conv.cli.triton_repository import app
+    from aoti_deploy.cli.triton_repository import app
 
     repository = tmp_path / "repository"
     result = runner.invoke(app, [str(compiled_package.path), "--repository", str(repository),
@@ -400,7 +400,7 @@ def test_cli_writes_and_summarises(compiled_package: CompiledPackage, op_library
     ],
 )
 def test_cli_bad_options_exit_2(compiled_package: CompiledPackage, tmp_path: Path, args, message):
-    from identity_conv.cli.triton_repository import app
+    from aoti_deploy.cli.triton_repository import app
 
     result = runner.invoke(app, [str(compiled_package.path), "--repository", str(tmp_path / "r"), *args])
     assert result.exit_code == 2
@@ -409,7 +409,7 @@ def test_cli_bad_options_exit_2(compiled_package: CompiledPackage, tmp_path: Pat
 
 
 def test_cli_bad_package_exit_2(tmp_path: Path):
-    from identity_conv.cli.triton_repository import app
+    from aoti_deploy.cli.triton_repository import app
 
     result = runner.invoke(app, [str(tmp_path / "missing.pt2"), "--repository", str(tmp_path / "r")])
     assert result.exit_code == 2
@@ -426,7 +426,7 @@ def test_cli_bad_package_exit_2(tmp_path: Path):
 def test_serve_triton_usage_errors_exit_2(compiled_package: CompiledPackage, op_library: Path, tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch):
     pytest.importorskip("tritonclient.grpc", reason="needs the triton extra")
-    from identity_conv.cli.serve_triton import app
+    from aoti_deploy.cli.serve_triton import app
 
     result = runner.invoke(app, ["--repository", str(tmp_path / "none")])
     assert result.exit_code == 2 and "model repository not found" in result.output
@@ -435,7 +435,7 @@ def test_serve_triton_usage_errors_exit_2(compiled_package: CompiledPackage, op_
     result = runner.invoke(app, ["--repository", str(repository), "--model", "other"])
     assert result.exit_code == 2 and "no model 'other'" in result.output
     # A build folder with no backend in it: the message says how to build one.
-    monkeypatch.setenv("IDENTITY_CONV_BUILD_DIR", str(tmp_path / "build"))
+    monkeypatch.setenv("AOTI_DEPLOY_BUILD_DIR", str(tmp_path / "build"))
     result = runner.invoke(app, ["--repository", str(repository)])
     assert result.exit_code == 2
     assert "Triton backend not found" in result.output and "./scripts/setup.sh" in result.output
@@ -444,7 +444,7 @@ def test_serve_triton_usage_errors_exit_2(compiled_package: CompiledPackage, op_
 def test_missing_triton_extra_says_how_to_install(monkeypatch: pytest.MonkeyPatch):
     import importlib.util
 
-    from identity_conv.serve import triton_server
+    from aoti_deploy.serve import triton_server
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pytriton" else real(name, *a))
@@ -453,7 +453,7 @@ def test_missing_triton_extra_says_how_to_install(monkeypatch: pytest.MonkeyPatc
 
 
 def test_free_ports_differ():
-    from identity_conv.serve.triton_server import free_ports
+    from aoti_deploy.serve.triton_server import free_ports
 
     ports = free_ports(5)
     assert len(set(ports)) == 5 and all(0 < port < 65536 for port in ports)
@@ -465,10 +465,10 @@ def test_tensors_cross_numpy_with_their_bits(dtype: str):
     pytest.importorskip("ml_dtypes", reason="needs the triton extra (tritonclient's dependency)")
     import torch
 
-    from identity_conv.serve.triton_repository import DATATYPES
-    from identity_conv.serve.triton_server import _to_numpy, _to_torch
-    from identity_conv.verify.bits import compare_bits
-    from identity_conv.verify.special_values import special_values
+    from aoti_deploy.serve.triton_repository import DATATYPES
+    from aoti_deploy.serve.triton_server import _to_numpy, _to_torch
+    from aoti_deploy.verify.bits import compare_bits
+    from aoti_deploy.verify.special_values import special_values
 
     x = special_values((4, 16), getattr(torch, dtype))
     back = _to_torch(_to_numpy(x), DATATYPES[dtype])
@@ -481,7 +481,7 @@ def test_tensors_cross_numpy_with_their_bits(dtype: str):
 def tritonserver_module():
     """serve.triton_server, once the triton extra (pytriton's server, tritonclient) is
     known to be installed; else the test is skipped, saying how to install it."""
-    from identity_conv.serve import triton_server
+    from aoti_deploy.serve import triton_server
 
     try:
         triton_server.tritonserver_binary()

@@ -15,16 +15,16 @@ from typer.testing import CliRunner
 
 from conftest import (REPO_ROOT, Build, UserPackage, _export, _export_model_package, run_cmd,
                       run_cpp_runtime, run_python_runtime)
-from identity_conv.cli.run_inference import app as run_inference_app
-from identity_conv.errors import InputError, ModelError
-from identity_conv.compiler.export import python_only_ops
-from identity_conv.package.archive import read_package_spec
-from identity_conv.package.spec import OpRef
-from identity_conv.runtime.tensor_files import load_tensors, save_tensors
-from identity_conv.cli.parsing import parse_dynamic_dim, parse_model_args
-from identity_conv.models.user import flatten_outputs, load_model
-from identity_conv.verify.bits import compare_bits, ulp_distance
-from identity_conv.verify.tolerance import BITWISE, ULP, Tolerance, compare
+from aoti_deploy.cli.run_inference import app as run_inference_app
+from aoti_deploy.errors import InputError, ModelError
+from aoti_deploy.compiler.export import python_only_ops
+from aoti_deploy.package.archive import read_package_spec
+from aoti_deploy.package.spec import OpRef
+from aoti_deploy.runtime.tensor_files import load_tensors, save_tensors
+from aoti_deploy.cli.parsing import parse_dynamic_dim, parse_model_args
+from aoti_deploy.models.user import flatten_outputs, load_model
+from aoti_deploy.verify.bits import compare_bits, ulp_distance
+from aoti_deploy.verify.tolerance import BITWISE, ULP, Tolerance, compare
 
 RUN_INFERENCE = Path(sys.executable).parent / "run_inference"
 
@@ -274,7 +274,7 @@ def test_python_only_package_runs_in_python_with_its_module(python_only):
 def test_python_only_ops_detection(op_library):
     import torch.ao.quantization.fx._decomposed  # noqa: F401  (Python-defined ops Inductor compiles)
 
-    from identity_conv.compiler.export import GraphCalls
+    from aoti_deploy.compiler.export import GraphCalls
 
     sys.path.insert(0, str(REPO_ROOT))
     import examples.python_op_model  # noqa: F401  (registers python_only_example::double)
@@ -299,7 +299,7 @@ def test_dispatch_dump_format(op_library):
     pins the two lines it reads, on each torch version CI runs (2.13.0 and 2.14.1): the
     schema's "debug: registered at FILE:LINE", and one "KEY: registered at FILE:LINE"
     line per kernel, for a C++ op and for one defined from Python."""
-    from identity_conv.compiler.export import dispatch_dump
+    from aoti_deploy.compiler.export import dispatch_dump
 
     sys.path.insert(0, str(REPO_ROOT))
     import examples.python_op_model  # noqa: F401  (registers python_only_example::double)
@@ -367,14 +367,14 @@ def test_random_inputs_only_for_float_dtypes_in_both_runtimes(build, tmp_path):
     the spec against the compiled model; so this runs the two makers on the spec.)"""
     import json
 
-    from identity_conv.errors import IdentityConvError
-    from identity_conv.package.spec import parse_document
-    from identity_conv.runtime.random_inputs import make_random_inputs
+    from aoti_deploy.errors import AotiDeployError
+    from aoti_deploy.package.spec import parse_document
+    from aoti_deploy.runtime.random_inputs import make_random_inputs
 
     dims = lambda *ranges: [{"min": low, "max": high} for low, high in ranges]  # noqa: E731
     document = {"schema_version": 2, "inputs": [{"dtype": "int64", "dims": dims((1, 64), (16, 16))},
                                                  {"dtype": "float32", "dims": dims((16, 16))}]}
-    with pytest.raises(IdentityConvError) as python_error:
+    with pytest.raises(AotiDeployError) as python_error:
         make_random_inputs(parse_document(document), 0)
     vectors = tmp_path / "vectors.json"
     vectors.write_text(json.dumps({"vectors": [{"name": "int", "spec": document, "seed": 0}]}))
@@ -392,8 +392,8 @@ def test_ulp_reports_agree_between_runtimes_in_every_dtype(parity_matrix, build,
     """An identity package per dtype, and an expected file with a value 2 ULP up, a
     NaN against a number, a value mirrored across zero and -0.0 against +0.0: both
     runtimes print the same report, with the ULP distance verify.py computes."""
-    from identity_conv.package.dtypes import DTYPES
-    from identity_conv.verify.parity import STATIC_SHAPE
+    from aoti_deploy.package.dtypes import DTYPES
+    from aoti_deploy.verify.parity import STATIC_SHAPE
 
     work_dir, _ = parity_matrix
     package = work_dir / f"model_{dtype}_static.pt2"

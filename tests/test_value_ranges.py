@@ -15,15 +15,15 @@ import torch
 from typer.testing import CliRunner
 
 from conftest import REPO_ROOT, Build, UserPackage, edit_spec, run_cli, run_cmd
-from identity_conv.cli.export_compile import app as export_compile_app
-from identity_conv.cli.parsing import parse_input_values
-from identity_conv.compiler.value_ranges import DECLARED, record_value_ranges, value_ranges
-from identity_conv.compiler.export import input_specs
-from identity_conv.errors import InputError
-from identity_conv.package.archive import read_package_metadata, read_package_spec
-from identity_conv.package.spec import SPEC_KEY, ValueRange
-from identity_conv.runtime.tensor_files import save_tensors
-from identity_conv.verify.bits import bit_view
+from aoti_deploy.cli.export_compile import app as export_compile_app
+from aoti_deploy.cli.parsing import parse_input_values
+from aoti_deploy.compiler.value_ranges import DECLARED, record_value_ranges, value_ranges
+from aoti_deploy.compiler.export import input_specs
+from aoti_deploy.errors import InputError
+from aoti_deploy.package.archive import read_package_metadata, read_package_spec
+from aoti_deploy.package.spec import SPEC_KEY, ValueRange
+from aoti_deploy.runtime.tensor_files import save_tensors
+from aoti_deploy.verify.bits import bit_view
 
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from identity_conv.errors import VerificationError
-from identity_conv.verify.bits import compare_bits, compare_tensor_lists
+from aoti_deploy.errors import VerificationError
+from aoti_deploy.verify.bits import compare_bits, compare_tensor_lists
 
 
 def test_identical_tensors():

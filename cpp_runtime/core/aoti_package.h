@@ -1,6 +1,6 @@
 // Loading and running an AOTI package (AOTIModelPackageLoader), and what every C++
 // runtime (aoti_runner, the Triton backend) checks before the package's own code runs.
-// Pairs with python/identity_conv/runtime/aoti.py.
+// Pairs with python/aoti_deploy/runtime/aoti.py.
 #pragma once
 
 #include "package_spec.h"

@@ -174,7 +174,7 @@ TrustPolicy trust_policy(const std::string& flag_key, bool require_signature) {
 PrivateCopy::PrivateCopy(const BundleLayout& layout) {
   const char* tmp = std::getenv("TMPDIR");
   std::string pattern = (tmp != nullptr && *tmp != '\0' ? std::string(tmp) : std::string("/tmp"));
-  pattern.append("/identity_conv_bundle_XXXXXX");
+  pattern.append("/aoti_deploy_bundle_XXXXXX");
   if (mkdtemp(pattern.data()) == nullptr) {  // mode 0700
     io_failed("create", pattern);
   }

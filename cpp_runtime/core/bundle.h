@@ -2,7 +2,7 @@
 // optionally model.sig (OpenSSF Model Signing). open_model applies the trust policy:
 // with a trusted key, the bundle is copied into a private (0700) folder, the copy is
 // verified, and only the copy is loaded, so nothing native runs before it is checked.
-// Pairs with python/identity_conv/package/bundle.py and runtime/trust.py.
+// Pairs with python/aoti_deploy/package/bundle.py and runtime/trust.py.
 #pragma once
 
 #include "package_spec.h"
@@ -20,7 +20,7 @@ namespace aoti_runner {
 
 inline constexpr const char* kBundlePackage = "model.pt2";
 inline constexpr const char* kBundleSignature = "model.sig";
-inline constexpr const char* kTrustedKeyEnv = "IDENTITY_CONV_TRUSTED_KEY";
+inline constexpr const char* kTrustedKeyEnv = "AOTI_DEPLOY_TRUSTED_KEY";
 
 // A bundle's files, checked for shape only: regular files named model.pt2, model.sig
 // or *.so. Kind "bundle_layout".
@@ -40,7 +40,7 @@ std::vector<std::string> bundle_libraries(const PackageSpec& spec, const BundleL
 
 struct TrustPolicy {
   std::string trusted_key;  // a PEM public key's path; empty: none
-  std::string source;       // "--trusted-key" or "$IDENTITY_CONV_TRUSTED_KEY"
+  std::string source;       // "--trusted-key" or "$AOTI_DEPLOY_TRUSTED_KEY"
   bool require_signature = false;
 };
 // The flag's key, else the environment's.

@@ -1,6 +1,6 @@
 // Bit-level comparison of tensors: bit patterns through same-width integer views,
 // never float equality (which calls -0.0 == +0.0 and NaN != NaN), and the report
-// line. tolerance.h holds the rules and the verdict. Pairs with python/identity_conv/verify/bits.py; the vectors
+// line. tolerance.h holds the rules and the verdict. Pairs with python/aoti_deploy/verify/bits.py; the vectors
 // in tests/contract/comparison_vectors.json pin both to the same report, word for word.
 #pragma once
 

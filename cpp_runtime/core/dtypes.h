@@ -1,7 +1,7 @@
 // The dtype-name table of the package contract: Python's spelling ("float32",
 // "complex64") for every ScalarType a spec may name, and Triton's data type for it
 // ("FP32"; none for complex and float8), the one source of both. Pairs with
-// python/identity_conv/package/dtypes.py; tests/contract/dtypes.json pins the two.
+// python/aoti_deploy/package/dtypes.py; tests/contract/dtypes.json pins the two.
 #pragma once
 
 #include <c10/core/ScalarType.h>

@@ -1,5 +1,5 @@
 // Errors and exit codes of the runner core, shared by aoti_runner and every other
-// C++ consumer of the package contract. Pairs with python/identity_conv/errors.py.
+// C++ consumer of the package contract. Pairs with python/aoti_deploy/errors.py.
 #pragma once
 
 #include <stdexcept>

@@ -62,7 +62,7 @@ void load_op_libraries(const std::vector<std::string>& paths,
                        const std::map<std::string, std::vector<std::string>>& namespaces) {
   std::lock_guard<std::mutex> lock(g_loaded_mutex);
   for (const auto& path : paths) {
-    // The same words as python/identity_conv/ops/loader.py.
+    // The same words as python/aoti_deploy/ops/loader.py.
     if (!std::filesystem::exists(path)) {
       throw RunnerError("op library not found: " + path +
                         ". Build it (./scripts/setup.sh builds this project's libraries into "

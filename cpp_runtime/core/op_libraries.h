@@ -1,6 +1,6 @@
 // Op libraries in this process: dlopen before a package loads (its torchbind
 // constants and custom ops must be registered first), and what is mapped. Pairs with
-// python/identity_conv/ops/loader.py.
+// python/aoti_deploy/ops/loader.py.
 #pragma once
 
 #include <map>

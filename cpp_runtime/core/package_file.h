@@ -1,6 +1,6 @@
 // Package files on disk: the checks before a .pt2 is opened, and its metadata (so
 // its spec) read without loading the compiled code. Pairs with
-// python/identity_conv/package/archive.py.
+// python/aoti_deploy/package/archive.py.
 #pragma once
 
 #include "package_spec.h"

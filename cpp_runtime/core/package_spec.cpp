@@ -640,7 +640,7 @@ PackageSpec spec_from_metadata(const std::map<std::string, std::string>& metadat
   } else if (metadata.count(std::string(kLegacyPrefix) + "inputs")) {
     document = legacy_document(metadata);
   } else {
-    throw RunnerError("package " + path + " has no identity_conv spec (no '" + kSpecKey +
+    throw RunnerError("package " + path + " has no aoti_deploy spec (no '" + kSpecKey +
                           "' entry), so its inputs cannot be validated.\nCreate the package with "
                           "`export_compile`, which records it.",
                       "missing");

@@ -1,6 +1,6 @@
 // The package spec: what a package needs and accepts, recorded by export_compile as
-// one versioned JSON document under the metadata key "identity_conv.spec", parsed
-// here with nlohmann-json. Pairs with python/identity_conv/package/spec.py; the
+// one versioned JSON document under the metadata key "aoti_deploy.spec", parsed
+// here with nlohmann-json. Pairs with python/aoti_deploy/package/spec.py; the
 // vectors in tests/contract/spec_vectors.json pin both parsers to one verdict.
 #pragma once
 
@@ -17,14 +17,14 @@
 
 namespace aoti_runner {
 
-constexpr const char* kSpecKey = "identity_conv.spec";
+constexpr const char* kSpecKey = "aoti_deploy.spec";
 // The newest schema this runner reads. A writer records the lowest version whose
 // readers understand the document, so older runners keep reading what they can:
 // 2, or 3 when a dim is unbounded ("max": null), which a version-2 reader cannot read.
 constexpr int kSchemaVersion = 3;
 constexpr int kUnboundedSchemaVersion = 3;
-// Before the JSON document: one metadata entry per field, "identity_conv.<field>".
-constexpr const char* kLegacyPrefix = "identity_conv.";
+// Before the JSON document: one metadata entry per field, "aoti_deploy.<field>".
+constexpr const char* kLegacyPrefix = "aoti_deploy.";
 
 // One dimension of a tensor spec: a fixed size, a [min, max] range, or min and up
 // (no max: unbounded, "max": null in the document).
@@ -119,7 +119,7 @@ int written_schema_version(const PackageSpec& spec);
 // The document of a spec (schema written_schema_version), as the Python writer writes it.
 nlohmann::json spec_to_document(const PackageSpec& spec);
 
-// Converts the "identity_conv.*" entries of a package from before the document.
+// Converts the "aoti_deploy.*" entries of a package from before the document.
 // Throws RunnerError of kind "malformed".
 nlohmann::json legacy_document(const std::map<std::string, std::string>& metadata);
 

@@ -1,7 +1,7 @@
 // Preflight: can this process run a package? Checked from the spec alone, before
 // the package loads: torch version, device, machine, CPU instruction sets and
 // Python-only ops; then, once the op libraries are loaded, the ops and classes the
-// package calls. Pairs with python/identity_conv/runtime/preflight.py; the vectors in
+// package calls. Pairs with python/aoti_deploy/runtime/preflight.py; the vectors in
 // tests/contract/preflight_vectors.json pin both to one verdict per case. The host
 // is passed in, so the vectors can describe any host.
 #pragma once

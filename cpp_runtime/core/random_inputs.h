@@ -4,7 +4,7 @@
 // input after the other from one generator, then cast, so both runtimes draw the same
 // bits. An integer input with a recorded value range draws uniform int64 values in it
 // (random_) from the same generator, then is cast. Pairs with
-// python/identity_conv/runtime/random_inputs.py
+// python/aoti_deploy/runtime/random_inputs.py
 // (tests/contract/random_vectors.json).
 #pragma once
 

@@ -1,7 +1,7 @@
 // Shared objects from untrusted sources (a package's model library, an op library),
 // checked before dlopen: the dynamic loader maps segments that a truncated file does
 // not have and dies with SIGBUS on first touch. Pairs with
-// python/identity_conv/package/shared_object.py.
+// python/aoti_deploy/package/shared_object.py.
 #pragma once
 
 #include "zip_archive.h"

@@ -118,7 +118,7 @@ std::vector<at::Tensor> load_tensors(const std::string& path) {
     throw RunnerError("tensor file is empty: " + path +
                       "\nWrite one from Python with torch.save([tensor, ...], path).");
   }
-  // The same words as python/identity_conv/runtime/tensor_files.py.
+  // The same words as python/aoti_deploy/runtime/tensor_files.py.
   const std::string not_a_tensor_file = path + " is not a tensor file";
   const std::string format =
       "A tensor file is a list of tensors saved with torch.save([tensor, ...], path), or a "

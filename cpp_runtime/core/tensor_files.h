@@ -1,6 +1,6 @@
 // Tensor files shared by the Python and C++ runtimes: a list of tensors in
 // torch.save format, read with torch::pickle_load. Pairs with
-// python/identity_conv/runtime/tensor_files.py.
+// python/aoti_deploy/runtime/tensor_files.py.
 #pragma once
 
 #include "package_spec.h"

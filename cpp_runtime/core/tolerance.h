@@ -2,7 +2,7 @@
 // N ULP, or close (torch.testing's |actual - expected| <= atol + rtol * |expected|,
 // with its per-dtype defaults). Runtimes of one package are compared bitwise;
 // compiled code against eager under a tolerance. Pairs with
-// python/identity_conv/verify/tolerance.py; tests/contract/comparison_vectors.json
+// python/aoti_deploy/verify/tolerance.py; tests/contract/comparison_vectors.json
 // pins both to the same report and verdict lines, word for word.
 #pragma once
 

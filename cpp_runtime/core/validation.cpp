@@ -63,7 +63,7 @@ std::vector<int64_t> position_of(int64_t k, const std::vector<int64_t>& shape) {
   return position;
 }
 
-// Worded as value_error in python/identity_conv/runtime/validation.py.
+// Worded as value_error in python/aoti_deploy/runtime/validation.py.
 RunnerError value_error(size_t index, int64_t value, const std::vector<int64_t>& position,
                         const ValueRange& allowed) {
   return RunnerError("input[" + std::to_string(index) + "]: value " + std::to_string(value) + " at " +

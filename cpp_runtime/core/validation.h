@@ -2,7 +2,7 @@
 // layout, then shared dims. AOTI checks none of these by default and reads out of
 // bounds or returns garbage on a wrong input. The decision is made on InputDesc, so
 // the vectors in tests/contract/validation_vectors.json pin it against
-// python/identity_conv/runtime/validation.py without building tensors.
+// python/aoti_deploy/runtime/validation.py without building tensors.
 #pragma once
 
 #include "package_spec.h"

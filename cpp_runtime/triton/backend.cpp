@@ -86,7 +86,7 @@ struct ModelState {
   }
 };
 
-// The trust policy: the server's --backend-config key, else $IDENTITY_CONV_TRUSTED_KEY,
+// The trust policy: the server's --backend-config key, else $AOTI_DEPLOY_TRUSTED_KEY,
 // else the model's trusted_key parameter. A model's config can add a key, never drop one.
 aoti_runner::TrustPolicy model_policy(const ModelConfig& config) {
   if (!g_settings.trusted_key.empty()) {

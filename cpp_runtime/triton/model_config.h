@@ -1,6 +1,6 @@
 // A Triton model's config.pbtxt (as the JSON Triton hands a backend) and the backend's
 // own settings, read with nlohmann-json and checked against the package spec before
-// anything loads. The names and types follow python/identity_conv/serve/triton_repository.py,
+// anything loads. The names and types follow python/aoti_deploy/serve/triton_repository.py,
 // which writes the config from the same spec.
 #pragma once
 

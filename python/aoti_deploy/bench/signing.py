@@ -1,0 +1,102 @@
+"""The signed-bundle section of the benchmark: what verifying a bundle costs, for the
+demo bundle and a large one (a 64 MB weight), in both runtimes, and what it adds to
+the C++ runner's cold start (process start to first output), measured in one run.
+Stage functions only: the ``benchmark`` CLI prints."""
+
+from __future__ import annotations
+
+import re
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..errors import AotiDeployError
+from ..package.bundle import write_bundle
+from ..runtime.trust import TrustPolicy, open_model
+
+# Whole-process runs per runner and bundle; the median is reported.
+COLD_START_RUNS = 7
+_VERIFIED = re.compile(r"signature: verified \d+ files \(.*\) with .* in ([0-9.]+) ms")
+
+
+def large_weights_model() -> tuple[nn.Module, tuple[torch.Tensor]]:
+    """A 4096x4096 float32 linear layer: a 64 MB weight, so a 68 MB package."""
+    torch.manual_seed(0)
+    return nn.Linear(4096, 4096).eval(), (torch.randn(1, 4096),)
+
+
+@dataclass
+class SigningResult:
+    """One bundle: its size, the verification time in each runtime, and the C++
+    runner's cold start from the bare package and from the verified bundle."""
+
+    name: str
+    megabytes: float
+    files: int
+    cpp_verify_ms: float  # as the runner reports it: key, private copy, hashes, signature
+    python_verify_ms: float  # open_model with the model-signing library, in this process
+    cold_start_plain_ms: float  # aoti_runner PACKAGE LIB, whole process, median
+    cold_start_signed_ms: float  # aoti_runner BUNDLE --trusted-key PUB, whole process, median
+
+    @property
+    def cold_start_ratio(self) -> float:
+        return self.cold_start_signed_ms / self.cold_start_plain_ms
+
+
+def make_key_pair(folder: Path) -> tuple[Path, Path]:
+    """A throwaway EC P-256 key pair (PEM), made with the cryptography library."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    folder.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    private, public = folder / "bench_signing.pem", folder / "bench_signing.pub"
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    private.chmod(0o600)
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    return private, public
+
+
+def _run(args: list[str]) -> tuple[float, str]:
+    """Wall time (ms) of one whole process, and its stdout; raises on failure."""
+    start = time.perf_counter()
+    result = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    elapsed = (time.perf_counter() - start) * 1e3
+    if result.returncode != 0:
+        raise AotiDeployError(f"{' '.join(args)} failed with exit {result.returncode}: "
+                                f"{(result.stderr or result.stdout).strip()}")
+    return elapsed, result.stdout
+
+
+def measure_bundle(name: str, package: Path, op_libraries: list[Path], runner: Path, work_dir: Path,
+                   private_key: Path, public_key: Path, runs: int = COLD_START_RUNS) -> SigningResult:
+    """Sign ``package`` into a bundle under ``work_dir`` and time its verification
+    and the cold starts, alternating bare and signed runs so both see the same machine."""
+    bundle = write_bundle(package, op_libraries, work_dir / f"bundle_{name}", sign_key=private_key)
+    files = sorted(p for p in bundle.iterdir() if p.name != "model.sig")
+    megabytes = sum(p.stat().st_size for p in files) / 1e6
+    plain_args = [str(runner), str(package), *(str(p) for p in op_libraries)]
+    signed_args = [str(runner), str(bundle), "--trusted-key", str(public_key)]
+    plain, signed, verify = [], [], []
+    _run(plain_args)  # page cache and dynamic loader warm for both
+    for _ in range(runs):
+        plain.append(_run(plain_args)[0])
+        elapsed, stdout = _run(signed_args)
+        signed.append(elapsed)
+        match = _VERIFIED.search(stdout)
+        if match is None:
+            raise AotiDeployError(f"aoti_runner did not report a verified bundle for {bundle}:\n{stdout}")
+        verify.append(float(match.group(1)))
+    python = []
+    for _ in range(3):
+        with open_model(bundle, TrustPolicy(public_key, "--trusted-key")) as opened:
+            python.append(opened.verify_seconds * 1e3)
+    return SigningResult(name, megabytes, len(files), statistics.median(verify), statistics.median(python),
+                         statistics.median(plain), statistics.median(signed))

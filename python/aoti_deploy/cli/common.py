@@ -1,0 +1,185 @@
+"""What both CLIs share: consoles, and turning a typed error into a message and an
+exit code. Nothing here imports torch at module level: run_inference --help loads
+this module, and must start without torch (the stages are imported where used)."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, List, NoReturn, Optional
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from ..errors import EXIT_USAGE, AotiDeployError
+from ..locate import runner_path
+from ..runtime import is_onnx_path
+
+if TYPE_CHECKING:
+    from ..package.spec import PackageSpec
+    from ..verify.tolerance import Comparison, Tolerance
+
+# Markup is off: messages carry paths and shapes such as "[tensor, ...]" that rich
+# would otherwise take for style tags. Styles are passed explicitly instead. Lines
+# are not wrapped, so scripts can grep a whole report line.
+# torch warns about its own deprecated internals (pytree LeafSpec, jit.script_method)
+# while exporting and compiling; that is noise to a user of these CLIs.
+warnings.filterwarnings("ignore", message=r".*LeafSpec.*deprecated", category=FutureWarning)
+warnings.filterwarnings("ignore", message=r".*torch.jit.script_method.*deprecated", category=DeprecationWarning)
+
+# Piped output (logs, CI) gets room for the wide tables; a terminal keeps its width.
+_PIPED_WIDTH = None if sys.stdout.isatty() else 160
+console = Console(highlight=False, markup=False, soft_wrap=True, width=_PIPED_WIDTH)
+err_console = Console(stderr=True, highlight=False, markup=False, soft_wrap=True, width=_PIPED_WIDTH)
+
+
+# Options shared by the CLIs that drive both runtimes.
+# Both default to this checkout's build, from any folder (see locate.py).
+RunnerOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        help="The C++ runner. Default: aoti_runner in $AOTI_DEPLOY_BUILD_DIR, else in this checkout's build/ "
+        "(built by ./scripts/setup.sh).",
+        show_default=False,
+    ),
+]
+OpLibOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        help="libidentity_conv_ops.so. Default: $AOTI_DEPLOY_OPS_LIB, else the one in $AOTI_DEPLOY_BUILD_DIR "
+        "or this checkout's build/."
+    ),
+]
+
+FakeModuleOption = Annotated[
+    Optional[List[str]],
+    typer.Option(
+        help="Module to import after the op libraries load: one that registers their fakes "
+        "(torch.library.register_fake) or Python-only ops. Repeatable.",
+    ),
+]
+# The rule of a comparison (see verify/tolerance.py); each command says which check
+# these override and what its default is.
+TOLERANCE_PANEL = "Tolerance (one of --bitwise, --max-ulp, --rtol/--atol)"
+BitwiseOption = Annotated[
+    bool, typer.Option("--bitwise", help="Demand the same bits.", rich_help_panel=TOLERANCE_PANEL, show_default=False)
+]
+MaxUlpOption = Annotated[
+    Optional[int],
+    typer.Option(
+        min=0,
+        help="Pass if every element is within this many ULP (units in the last place) of its reference; "
+        "0 is --bitwise. A poor rule near zero: 1e-30 against 0 is millions of ULP apart.",
+        rich_help_panel=TOLERANCE_PANEL,
+        show_default=False,
+    ),
+]
+RtolOption = Annotated[
+    Optional[float],
+    typer.Option(
+        min=0.0,
+        help="Relative tolerance: pass if |actual - reference| <= atol + rtol * |reference| everywhere "
+        "(torch.testing.assert_close's rule; NaN must face NaN, inf the same inf). Give --atol too.",
+        rich_help_panel=TOLERANCE_PANEL,
+        show_default=False,
+    ),
+]
+AtolOption = Annotated[
+    Optional[float],
+    typer.Option(min=0.0, help="Absolute tolerance, with --rtol.", rich_help_panel=TOLERANCE_PANEL, show_default=False),
+]
+
+
+def tolerance_override(bitwise: bool, max_ulp: int | None, rtol: float | None, atol: float | None) -> Tolerance | None:
+    """The rule the tolerance options ask for, or None when none was given."""
+    from ..verify.tolerance import tolerance_from_options
+
+    return tolerance_from_options(bitwise=bitwise, max_ulp=max_ulp, rtol=rtol, atol=atol, default=None)
+
+
+def read_spec(path: Path) -> PackageSpec:
+    """The recorded spec of a .pt2 package or, by its suffix, of an .onnx file."""
+    if is_onnx_path(path):
+        from ..runtime.onnx_runtime import read_onnx_spec
+
+        return read_onnx_spec(path)
+    from ..package.archive import read_package_spec
+
+    return read_package_spec(path)
+
+
+def require_runner(runner: Path | None) -> Path:
+    """The C++ runner given with --runner, else this checkout's; a clear error when
+    it has not been built."""
+    return runner_path(runner)
+
+
+def exit_with(error: Exception) -> NoReturn:
+    """Print ``error`` on stderr and exit with its code: a toolkit error's own code,
+    2 for anything unexpected (never 1, which means "bits differ")."""
+    if isinstance(error, AotiDeployError):
+        err_console.print(Text.assemble(("error: ", "bold red"), str(error)), soft_wrap=True)
+        raise typer.Exit(error.exit_code)
+    err_console.print(
+        Text.assemble(("error: ", "bold red"), f"unexpected {type(error).__name__}: {error}"), soft_wrap=True
+    )
+    raise typer.Exit(EXIT_USAGE)
+
+
+def verdict(passed: bool) -> Text:
+    return Text("PASSED", style="bold green") if passed else Text("FAILED", style="bold red")
+
+
+@contextmanager
+def step_progress(total: int) -> Iterator[Callable[[str], None]]:
+    """A progress bar over ``total`` named steps. Yields the callback a stage
+    function calls as each step starts; the bar advances as the next one begins.
+    On an error the bar clears itself, so the error is not printed under a stale
+    spinner line."""
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}", markup=False),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    progress.start()
+    try:
+        task = progress.add_task("starting", total=total)
+        started: list[str] = []
+
+        def on_step(name: str) -> None:
+            if started:
+                progress.advance(task)
+            started.append(name)
+            progress.update(task, description=name)
+
+        yield on_step
+        progress.update(task, completed=total, description="done")
+    except BaseException:
+        progress.live.transient = True
+        # The live display only: Progress.stop would add a blank line on a pipe.
+        progress.live.stop()
+        raise
+    progress.stop()
+
+
+def print_check(name: str, comparisons: list[tuple[str, Comparison]]) -> bool:
+    """Print one "label (rule): report" line per comparison, then "name: verdict line";
+    True if the check passed."""
+    from ..verify.tolerance import FAILED, list_verdict, verdict_line
+
+    for label, comparison in comparisons:
+        console.print(f"{label} ({comparison.rule}): {comparison}")
+    results = [comparison for _, comparison in comparisons]
+    passed = list_verdict(results) != FAILED
+    line = verdict_line(results)
+    console.print(Text(f"{name}: ").append(line, style="bold green" if passed else "bold red"))
+    return passed

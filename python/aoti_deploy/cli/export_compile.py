@@ -1,0 +1,503 @@
+"""export_compile: export a model (the built-in IdentityModel, or a user's own with
+--model) with torch.export, compile it with AOTInductor into a .pt2 package, and
+verify the package against eager: bitwise for the IdentityModel, under a tolerance
+for other models (torch.testing's by default), recorded in the package."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, List, Optional
+
+import torch
+import typer
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import EXIT_MISMATCH, AotiDeployError
+from ..package.host import CPU_TARGET_NAMES, CPU_TARGETS
+from ..compiler.pipeline import (
+    DEFAULT_RANGES,
+    ONNX_STAGES,
+    REFERENCE_EAGER,
+    REFERENCE_INPUTS,
+    REFERENCE_OUTPUTS,
+    STAGES,
+    BuildConfig,
+    BuildResult,
+    export_and_compile,
+)
+from ..verify.tolerance import FAILED, list_verdict, verdict_line
+from .parsing import parse_dynamic_dim, parse_input_values, parse_model_args, parse_shape
+from .common import (
+    AtolOption,
+    BitwiseOption,
+    FakeModuleOption,
+    MaxUlpOption,
+    RtolOption,
+    console,
+    exit_with,
+    step_progress,
+    tolerance_override,
+)
+
+app = typer.Typer(add_completion=False, rich_markup_mode="rich")
+
+
+class DType(str, Enum):
+    float16 = "float16"
+    bfloat16 = "bfloat16"
+    float32 = "float32"
+    float64 = "float64"
+
+
+CpuTargetName = Enum("CpuTargetName", {name.replace("-", "_"): name for name in CPU_TARGET_NAMES}, type=str)
+
+
+class Variant(str, Enum):
+    functional = "functional"
+    out = "out"
+
+
+class Device(str, Enum):
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Format(str, Enum):
+    pt2 = "pt2"
+    onnx = "onnx"
+
+
+class OnnxMode(str, Enum):
+    portable = "portable"
+    custom_domain = "custom-domain"
+
+
+# export_compile exports for inference; the summary says so, as no option changes it.
+EVAL_MODE_NOTE = "eval (model.eval() before export: dropout off, batch norm on its running statistics)"
+
+DEFAULT_OUTPUTS = {Format.pt2: Path("artifacts/model.pt2"), Format.onnx: Path("artifacts/model.onnx")}
+
+
+def _parse_range(flag: str, value: str) -> tuple[int, int]:
+    """"1:64" -> (1, 64); a typer.BadParameter otherwise."""
+    low, sep, high = value.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return int(low), int(high)
+    except ValueError:
+        raise typer.BadParameter(f"expected MIN:MAX with two integers, e.g. 1:64, got {value!r}", param_hint=flag)
+
+
+def _check_range(param: typer.CallbackParam, value: str) -> str:
+    _parse_range("--" + (param.name or "").replace("_", "-"), value)
+    return value
+
+
+MODEL_PANEL = "Your own model (--model)"
+BUNDLE_PANEL = escape("Deploy bundle (--sign-key needs pip install -e '.[sign]')")
+# Help text is rich markup: square brackets are escaped, or rich takes them for tags and drops them.
+ONNX_PANEL = escape("ONNX target (export_compile onnx; needs pip install -e '.[onnx]')")
+IDENTITY_PANEL = "Built-in IdentityModel (the default)"
+
+
+@app.command(
+    help=(
+        "Export a model with torch.export, compile it with AOTInductor into a .pt2 package, "
+        "and check the package's outputs against eager's. Compiled code may round differently "
+        "from eager (Inductor reorders reductions, fuses multiply-adds, picks other conv "
+        "algorithms), so the check uses torch.testing.assert_close's rtol/atol for each output "
+        "dtype, unless --rtol/--atol, --max-ulp or --bitwise say otherwise. The IdentityModel is "
+        "checked bitwise: identity is its contract. The rule is recorded in the package, and the "
+        "runners' --eager-reference applies it. The model is exported in eval mode (model.eval(): "
+        "dropout off, batch norm on its running statistics); packages are for inference.\n\n"
+        "Without --model it builds the four-layer IdentityModel (conv, torchbind class, custom "
+        "op, conv). With --model package.module:factory it deploys your own module: load your op "
+        "libraries with --op-lib (repeatable), give example input shapes with --input-shape "
+        "(or let the factory return (module, example_inputs)), and save the example inputs, "
+        "the package's outputs and eager's with --save-reference for the runners' --inputs, "
+        "--expected (bitwise runtime parity) and --eager-reference (the recorded tolerance).\n\n"
+        "A graph that calls an op only Python can run (torch.library.custom_op) is refused "
+        "before compiling, since the C++ runtime has no Python; --allow-python-ops writes a "
+        "package for the Python runtime only.\n\n"
+        "export_compile onnx writes an ONNX file instead (default artifacts/model.onnx) and "
+        "checks it in onnxruntime against eager, under the same rule as a package. --onnx-mode portable (the default) translates "
+        "each custom op and torchbind method to standard ONNX ops, so any ONNX runtime runs "
+        "the file; custom-domain writes them as nodes of their own domain (my_ops), with the "
+        "class state as attributes, which only a runtime given their kernels runs (run_inference "
+        "gives onnxruntime the op library's).\n\n"
+        "Exit codes: 0 package written and verified, 1 package outputs differ from eager "
+        "beyond the tolerance (the package is not written, and one already at --output is kept), "
+        "2 usage, load, export or compile error."
+    )
+)
+def export_compile(
+    target: Annotated[
+        Format,
+        typer.Argument(
+            help="What to write: pt2 (an AOTInductor package for the Python and C++ runners) or "
+            "onnx (an ONNX file for onnxruntime).",
+            case_sensitive=False,
+        ),
+    ] = Format.pt2,
+    onnx_mode: Annotated[
+        OnnxMode,
+        typer.Option(
+            help="portable: custom ops become standard ONNX ops (their registered translations). "
+            "custom-domain: custom ops become nodes of their namespace's ONNX domain.",
+            rich_help_panel=ONNX_PANEL,
+        ),
+    ] = OnnxMode.portable,
+    model: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Your model's factory, package.module:function, imported from the current folder "
+            "or the environment. It returns an nn.Module, or (module, example_inputs).",
+            rich_help_panel=MODEL_PANEL,
+        ),
+    ] = None,
+    model_arg: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            help="KEY=VALUE keyword argument for the factory (repeatable); VALUE is read as a "
+            "Python literal when it is one, else as text.",
+            rich_help_panel=MODEL_PANEL,
+        ),
+    ] = None,
+    input_shape: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            help="Shape of one example input, e.g. 1,3,224,224 (repeat once per forward argument, "
+            "in order). Inputs are seeded random of --dtype. Not needed if the factory returns inputs.",
+            rich_help_panel=MODEL_PANEL,
+        ),
+    ] = None,
+    dynamic_dim: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            help="A dim that may vary at run time: INPUT.DIM=MIN:MAX, e.g. 0.0=1:64 (input 0, dim 0); "
+            "MIN: with no MAX (0.0=1:) has no upper bound. "
+            "Positions that must share one size go together: 0.0,1.0=1:64. Repeatable.",
+            rich_help_panel=MODEL_PANEL,
+        ),
+    ] = None,
+    input_values: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            help="The values an integer input may hold: INPUT=MIN:MAX, e.g. 0=0:999 (input 0, ids 0 to 999). "
+            "Export records the range of an input that indexes a tensor itself; give it where an id is "
+            "computed before it indexes. The runners refuse values outside it. Repeatable.",
+            rich_help_panel=MODEL_PANEL,
+        ),
+    ] = None,
+    fake_module: FakeModuleOption = None,
+    save_reference: Annotated[
+        Optional[Path],
+        typer.Option(
+            help=f"Write the example inputs ({REFERENCE_INPUTS}), the package's outputs for them "
+            f"({REFERENCE_OUTPUTS}) and eager's ({REFERENCE_EAGER}) to this folder, for the runners' --inputs, "
+            "--expected and --eager-reference.",
+            rich_help_panel=MODEL_PANEL,
+        ),
+    ] = None,
+    allow_python_ops: Annotated[
+        bool,
+        typer.Option(
+            help="Write the package even if the graph calls ops only Python can run. It is marked "
+            "Python-only, and the C++ runner refuses it.",
+            rich_help_panel=MODEL_PANEL,
+        ),
+    ] = False,
+    bitwise: BitwiseOption = False,
+    max_ulp: MaxUlpOption = None,
+    rtol: RtolOption = None,
+    atol: AtolOption = None,
+    channels: Annotated[
+        int, typer.Option(min=1, help="Channels of the input and of every layer.", rich_help_panel=IDENTITY_PANEL)
+    ] = 3,
+    batch: Annotated[
+        int, typer.Option(min=1, help="Batch size of the example input.", rich_help_panel=IDENTITY_PANEL)
+    ] = 1,
+    height: Annotated[
+        int, typer.Option(min=1, help="Height of the example input.", rich_help_panel=IDENTITY_PANEL)
+    ] = 224,
+    width: Annotated[
+        int, typer.Option(min=1, help="Width of the example input.", rich_help_panel=IDENTITY_PANEL)
+    ] = 224,
+    dtype: Annotated[
+        DType, typer.Option(help="Floating dtype of the model and its inputs (random inputs only for --model).")
+    ] = DType.float32,
+    device: Annotated[
+        Device, typer.Option(help="Device to compile for. cuda needs a CUDA build of torch and a GPU.")
+    ] = Device.cpu,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the random example input.")] = 0,
+    output: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--output", "-o", help=escape("Where to write the package.  [default: artifacts/model.pt2, or artifacts/model.onnx]"),
+            show_default=False,
+        ),
+    ] = None,
+    op_lib: Annotated[
+        Optional[List[Path]],
+        typer.Option(
+            help="An op library to load before export (repeatable, loaded in order). Default, for "
+            "the IdentityModel: libidentity_conv_ops.so from $AOTI_DEPLOY_OPS_LIB, else from "
+            "$AOTI_DEPLOY_BUILD_DIR or this checkout's build/.",
+        ),
+    ] = None,
+    dynamic: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated dims that may vary at run time: any of batch, height, width. "
+            "The package then accepts any size in the dim's range.",
+            rich_help_panel=IDENTITY_PANEL,
+        ),
+    ] = "",
+    batch_range: Annotated[
+        str,
+        typer.Option(help="MIN:MAX of a dynamic batch.", callback=_check_range, rich_help_panel=IDENTITY_PANEL),
+    ] = "{}:{}".format(*DEFAULT_RANGES["batch"]),
+    height_range: Annotated[
+        str,
+        typer.Option(help="MIN:MAX of a dynamic height.", callback=_check_range, rich_help_panel=IDENTITY_PANEL),
+    ] = "{}:{}".format(*DEFAULT_RANGES["height"]),
+    width_range: Annotated[
+        str,
+        typer.Option(help="MIN:MAX of a dynamic width.", callback=_check_range, rich_help_panel=IDENTITY_PANEL),
+    ] = "{}:{}".format(*DEFAULT_RANGES["width"]),
+    variant: Annotated[
+        Variant,
+        typer.Option(
+            help="Layer 3 of the model: functional (identity_conv_op returns a new tensor) or out "
+            "(the mutable identity_conv_op_out writes a preallocated one).",
+            rich_help_panel=IDENTITY_PANEL,
+        ),
+    ] = Variant.functional,
+    optimize: Annotated[
+        bool,
+        typer.Option(
+            help="Export-time graph optimizations that keep eager's bits: pointwise (1x1 depthwise, "
+            "no bias, unstrided, unpadded) convs become one fused multiply, each after a bit-exactness "
+            "probe with special values. --no-optimize compiles the graph as exported.",
+        ),
+    ] = True,
+    cpu_target: Annotated[
+        CpuTargetName,
+        typer.Option(
+            help="The CPU the compiled code may assume. native (-march=native) uses every feature of this "
+            "host, and the runners refuse hosts that lack any of them. A psABI level runs on every x86-64 CPU "
+            "that has it: " + "; ".join(f"{t.name}: {t.summary}" for t in CPU_TARGETS.values()) + ". The "
+            "package records the level's flags, and the runners check only those. This host must have them, "
+            "since the package is verified by running it here.",
+            case_sensitive=False,
+        ),
+    ] = CpuTargetName.native,
+    force: Annotated[
+        bool,
+        typer.Option(
+            help="Rebuild even if the package at --output was built from the same inputs. Without it, "
+            "such a package is reused (\"cached\"): the key covers the model's source and state, the op "
+            "libraries' content, shapes, dtype, device, options and the torch version.",
+        ),
+    ] = False,
+    show_graph: Annotated[bool, typer.Option(help="Print the exported graph.")] = True,
+    bundle: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Also write a deploy bundle to this folder once the package is written and verified: "
+            "model.pt2 and the op libraries it records (see the bundle command).",
+            rich_help_panel=BUNDLE_PANEL,
+            show_default=False,
+        ),
+    ] = None,
+    sign_key: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Sign the --bundle with this PEM EC private key (P-256, P-384 or P-521); make one with "
+            "openssl ecparam -name prime256v1 -genkey -noout -out key.pem, and its public key for the "
+            "runners' --trusted-key with openssl ec -in key.pem -pubout -out key.pub.",
+            rich_help_panel=BUNDLE_PANEL,
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    try:
+        # Refused before the build: a bundle option that cannot work would waste it.
+        if sign_key is not None and bundle is None:
+            raise AotiDeployError(
+                "--sign-key signs the bundle that --bundle DIR writes; pass --bundle DIR too", kind="usage"
+            )
+        if bundle is not None and target is Format.onnx:
+            raise AotiDeployError(
+                "--bundle writes a bundle of an AOTI package (.pt2); export_compile onnx writes an ONNX file",
+                kind="usage",
+            )
+        if sign_key is not None:
+            from ..package.signing import check_private_key
+
+            check_private_key(sign_key)
+    except Exception as error:
+        exit_with(error)
+    if device is Device.cuda and not torch.cuda.is_available():
+        exit_with(
+            AotiDeployError(
+                "--device cuda was requested, but torch.cuda.is_available() is false "
+                f"(torch {torch.__version__}). Use --device cpu, or a machine with a GPU and a "
+                "CUDA build of torch."
+            )
+        )
+    try:
+        config = BuildConfig(
+            model=model,
+            model_args=parse_model_args(model_arg or []),
+            input_shapes=[parse_shape(text) for text in input_shape or []],
+            dynamic_dims=[parse_dynamic_dim(text) for text in dynamic_dim or []],
+            input_values=parse_input_values(input_values or []),
+            fake_modules=list(fake_module or []),
+            save_reference=save_reference,
+            allow_python_ops=allow_python_ops,
+            tolerance=tolerance_override(bitwise, max_ulp, rtol, atol),
+            optimize=optimize,
+            force=force,
+            op_libs=list(op_lib or []),
+            channels=channels,
+            batch=batch,
+            height=height,
+            width=width,
+            dtype=dtype.value,
+            device=device.value,
+            seed=seed,
+            output=output or DEFAULT_OUTPUTS[target],
+            format=target.value,
+            onnx_mode=onnx_mode.value,
+            cpu_target=cpu_target.value,
+            dynamic=tuple(name.strip() for name in dynamic.split(",") if name.strip()),
+            variant=variant.value,
+            ranges={
+                "batch": _parse_range("--batch-range", batch_range),
+                "height": _parse_range("--height-range", height_range),
+                "width": _parse_range("--width-range", width_range),
+            },
+        )
+    except Exception as error:  # a bad --model-arg, --input-shape or --dynamic-dim
+        exit_with(error)
+    try:
+        with step_progress(len(ONNX_STAGES if target is Format.onnx else STAGES)) as on_stage:
+            result = export_and_compile(config, on_stage=on_stage)
+    except Exception as error:  # typed errors keep their code; anything else exits 2
+        exit_with(error)
+    bundle_rows: list[tuple[str, str]] = []
+    if bundle is not None:
+        if result.written:
+            try:
+                bundle_rows = _write_bundle(result, bundle, sign_key)
+            except Exception as error:  # the package stays written; the bundle is not
+                exit_with(error)
+        else:
+            bundle_rows = [("bundle", f"{bundle}: not written, the checks failed")]
+
+    if show_graph:
+        # Plain lines, not a panel: a panel would crop the node targets.
+        console.rule("exported graph")
+        console.print(result.graph)
+        console.rule()
+
+    table = Table(title="export_compile summary")
+    table.add_column("item")
+    table.add_column("value")
+    for name, seconds in result.timings.items():
+        table.add_row(f"stage: {name}", f"{seconds:.2f} s")
+    table.add_row("model", result.model_name)
+    table.add_row("model mode", EVAL_MODE_NOTE)
+    if target is Format.onnx:
+        table.add_row("onnx mode", onnx_mode.value)
+        table.add_row("onnx nodes", ", ".join(f"{domain}.{op}" for domain, op in result.onnx_nodes))
+        table.add_row("class routes", ", ".join(result.onnx_routes) or "none")
+    else:
+        chosen = CPU_TARGETS.get(cpu_target.value)
+        table.add_row("cpu target", f"{chosen.name}: {chosen.summary}" if chosen else "native: this host's CPU features")
+        table.add_row(
+            "compile cache",
+            "cached: the package at --output was built from the same inputs (export, compile and verify "
+            "skipped; checks below are from that build; --force rebuilds)"
+            if result.cached
+            else "cached: the same compiled code, verified again under the rule asked for (export and compile "
+            "skipped; --force rebuilds)"
+            if result.reverified
+            else "built (key recorded in the package)",
+        )
+    for i, spec in enumerate(result.spec.inputs):
+        table.add_row(f"input[{i}] spec", f"{spec.shape_str()} {spec.dtype} on {device.value}")
+        if spec.values is not None:
+            table.add_row(f"input[{i}] values", f"{spec.values.min}..{spec.values.max} ({spec.values.why})")
+    table.add_row("optimizations", result.spec.optimizations)
+    table.add_row("custom ops", ", ".join(result.calls.ops))
+    table.add_row("torchbind classes", ", ".join(result.calls.classes))
+    if result.spec.python_only_ops:
+        table.add_row("python-only ops", ", ".join(result.spec.python_only_ops) + " (C++ runner refuses this package)")
+    table.add_row("op libraries loaded", ", ".join(str(path) for path in result.op_libraries) or "none given")
+    table.add_row("op libraries recorded", ", ".join(result.spec.op_libraries) or "none")
+    if result.written:
+        table.add_row("package", str(result.package_path))
+        size = result.package_path.stat().st_size
+        table.add_row("package size", f"{size / 1e6:.2f} MB" if size >= 100_000 else f"{size / 1e3:.1f} kB")
+    else:
+        kept = "the package already there is untouched" if result.package_path.exists() else "nothing was written"
+        table.add_row("package", f"{result.package_path}: not written, the checks failed ({kept})")
+    for name, value in bundle_rows:
+        table.add_row(name, value)
+    table.add_row("eager check", _describe_rule(result))
+    for label, comparison in result.checks:
+        table.add_row(f"{label} ({comparison.rule})", str(comparison))
+    if result.reference_dir is not None:
+        table.add_row(
+            "reference",
+            ", ".join(str(result.reference_dir / name) for name in (REFERENCE_INPUTS, REFERENCE_OUTPUTS, REFERENCE_EAGER)),
+        )
+    console.print(table)
+    against = "onnxruntime" if target is Format.onnx else "package"
+    comparisons = [comparison for _, comparison in result.checks]
+    passed = list_verdict(comparisons) != FAILED
+    console.print(Text(f"verify eager vs {against}: ").append(verdict_line(comparisons), style="bold green" if passed else "bold red"))
+    if not passed:
+        raise typer.Exit(EXIT_MISMATCH)
+
+
+def _write_bundle(result: BuildResult, dest: Path, sign_key: Path | None) -> list[tuple[str, str]]:
+    """Write the bundle of the package just written; the summary's rows for it."""
+    from ..package.bundle import SIGNATURE_NAME, file_digests, recorded_libraries, write_bundle
+
+    # Libraries loaded for the export but not recorded (the graph does not call them
+    # after compiling) stay out of the bundle.
+    recorded = recorded_libraries(result.spec)
+    libraries = [path for path in result.op_libraries if Path(path).name in recorded]
+    written = write_bundle(result.package_path, libraries, dest, sign_key)
+    files = file_digests(written)
+    rows = [("bundle", f"{written}: " + ", ".join(found.name for found in files))]
+    if sign_key is None:
+        rows.append(("bundle signature", "not signed (--sign-key KEY.pem signs it)"))
+    else:
+        from ..package.signing import read_signature
+
+        signature = read_signature(written / SIGNATURE_NAME)
+        rows.append((
+            "bundle signature",
+            f"{SIGNATURE_NAME}, {len(signature.files)} files signed with {sign_key} (key hint {signature.key_hint})",
+        ))
+    return rows
+
+
+def _describe_rule(result: BuildResult) -> str:
+    """The rule, and whether the package records it (only a package that passed does)."""
+    rule = result.tolerance.describe()
+    if result.tolerance.is_default_close:
+        rule += f" ({'; '.join(sorted({comparison.rule for _, comparison in result.checks}))})"
+    return rule + (", recorded in the package" if result.written else "")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,169 @@
+"""triton_repository: write a package into a Triton model repository for this
+project's `aoti` backend: <repository>/<name>/config.pbtxt and the version folder, a
+deploy bundle (signed with --sign-key, verified by the backend with --trusted-key)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from .common import console, exit_with
+
+app = typer.Typer(add_completion=False, rich_markup_mode="rich")
+
+
+def _dims(dims: tuple[int, ...], batched: bool) -> str:
+    shown = ", ".join(str(d) for d in dims)
+    return f"[batch, {shown}]" if batched and dims else ("[batch]" if batched else f"[{shown}]")
+
+
+def _serve_command(repository: Path) -> str:
+    """The tritonserver command line for ``repository``, with this checkout's backend."""
+    from ..locate import triton_backends_dir
+    from ..serve.triton_server import TritonUnavailableError, tritonserver_binary
+
+    try:
+        binary = str(tritonserver_binary())
+    except TritonUnavailableError:
+        binary = "tritonserver"
+    backends, _ = triton_backends_dir()
+    return shlex.join([binary, "--model-repository", str(repository), "--backend-directory", str(backends)])
+
+
+@app.command(
+    help=escape(
+        "Write a package (or a deploy bundle) into a Triton Inference Server model repository for this "
+        "project's aoti backend: REPOSITORY/NAME/VERSION/ is a deploy bundle (model.pt2, the op libraries it "
+        "records, and with --sign-key model.sig), and REPOSITORY/NAME/config.pbtxt declares its inputs "
+        "INPUT__0, INPUT__1, ... and outputs OUTPUT__0, ... with their types and dims from the package's spec. "
+        "A package whose inputs all have one dynamic dim 0, which its outputs share, is batched: "
+        "max_batch_size is that dim's largest size, and Triton's dynamic batcher merges requests "
+        "(--no-dynamic-batching turns that off). Any other package is served with max_batch_size 0 and full "
+        "shapes (-1 for a dynamic size). Packages with Python-only ops cannot be served (the backend has no "
+        "Python).\n\n"
+        "Example:\n\n"
+        "  triton_repository artifacts/model.pt2 --repository artifacts/triton_repository --name identity_conv\n\n"
+        "  serve_triton --repository artifacts/triton_repository\n\n"
+        "Signed, and verified by the backend before it loads (see bundle --help for the keys):\n\n"
+        "  triton_repository artifacts/model.pt2 --repository repo --sign-key key.pem --trusted-key key.pub\n\n"
+        "Exit codes: 0 written, 2 usage, package, library, key or signing error (nothing is written then)."
+    )
+)
+def triton_repository(
+    package: Annotated[
+        Path,
+        typer.Argument(help="The .pt2 package, or a bundle folder (its model.sig is not kept).", show_default=False),
+    ],
+    repository: Annotated[
+        Path,
+        typer.Option(help="The model repository folder (made if missing; other models in it are kept).",
+                     show_default=False),
+    ],
+    name: Annotated[
+        Optional[str],
+        typer.Option(
+            help="The model name, its folder in the repository: letters, digits, '_', '.', '-'. "
+            "Default: the package file's stem (model.pt2: model) or the bundle folder's name.",
+            show_default=False,
+        ),
+    ] = None,
+    version: Annotated[
+        int, typer.Option("--version", min=1, help="The version folder to write (an existing one is replaced).")
+    ] = 1,
+    instances: Annotated[
+        int, typer.Option(min=1, max=2**31 - 1, help="Model instances (instance_group count); each runs requests on its own.")
+    ] = 1,
+    max_queue_delay_us: Annotated[
+        int,
+        typer.Option(min=0, help="How long, in microseconds, the dynamic batcher waits for more requests to fill a batch."),
+    ] = 100,
+    dynamic_batching: Annotated[
+        bool,
+        typer.Option("--dynamic-batching/--no-dynamic-batching",
+                     help="Let Triton merge requests into batches (batched packages only)."),
+    ] = True,
+    intra_op_threads: Annotated[
+        Optional[int],
+        typer.Option(min=1, help="Intra-op (OpenMP) threads per instance. Default: the backend's.", show_default=False),
+    ] = None,
+    op_lib: Annotated[
+        Optional[List[Path]],
+        typer.Option(
+            help="An op library to put in the bundle (repeatable), matched to the package's recorded ones by file "
+            "name. Default for libidentity_conv_ops.so: $AOTI_DEPLOY_OPS_LIB, else the one in "
+            "$AOTI_DEPLOY_BUILD_DIR or this checkout's build/.",
+        ),
+    ] = None,
+    sign_key: Annotated[
+        Optional[Path],
+        typer.Option(help="Sign the bundle with this PEM EC private key into model.sig (needs the sign extra).",
+                     show_default=False),
+    ] = None,
+    trusted_key: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="A PEM EC public key: the config names it (as an absolute path) and the backend loads the bundle "
+            "only if its signature verifies with it. Without --sign-key the bundle is unsigned and the backend "
+            "will refuse it (a warning says so).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    try:
+        from ..serve.triton_repository import default_model_name, write_repository
+
+        written = write_repository(
+            package,
+            repository,
+            name=name if name is not None else default_model_name(package),
+            version=version,
+            instances=instances,
+            dynamic_batching=dynamic_batching,
+            max_queue_delay_us=max_queue_delay_us,
+            op_libraries=list(op_lib or []),
+            sign_key=sign_key,
+            intra_op_threads=intra_op_threads,
+            trusted_key=trusted_key,
+        )
+    except Exception as error:  # typed errors keep their code; anything else exits 2
+        exit_with(error)
+
+    config = written.config
+    table = Table(title=f"Triton model {written.name}, version {written.version}")
+    table.add_column("tensor")
+    table.add_column("type")
+    table.add_column("dims")
+    for tensor in (*config.inputs, *config.outputs):
+        table.add_row(tensor.name, tensor.data_type, _dims(tensor.dims, config.batchable))
+    console.print(table)
+    key = Path(dict(config.parameters)["trusted_key"]) if trusted_key is not None else None
+    rows = [
+        ("max_batch_size", str(config.max_batch_size)),
+        ("batching", config.batching),
+        ("dynamic batching", f"on, max queue delay {config.max_queue_delay_us} us" if config.dynamic_batching
+         else "off" if config.batchable else "off (the model is not batched)"),
+        ("instances", f"{config.instances} x {config.kind}"),
+        ("intra-op threads", str(intra_op_threads) if intra_op_threads is not None else "the backend's default"),
+        ("signed", f"yes, with {sign_key}" if written.signed else "no (pass --sign-key KEY.pem to sign)"),
+        ("verified by the backend", f"yes, with {key}" if key is not None else "no (pass --trusted-key PUB.pem)"),
+    ]
+    for label, value in rows:
+        console.print(f"{label}: {value}")
+    console.print(f"wrote {written.config_path}")
+    console.print(f"wrote {written.bundle}/ ({', '.join(written.files)})")
+    for warning in written.warnings:
+        console.print(Text.assemble(("warning: ", "bold yellow"), warning))
+    console.print("serve it:")
+    console.print(f"  {_serve_command(written.repository)}")
+    console.print("or start it and check every output bit for bit:")
+    console.print(f"  serve_triton --repository {shlex.quote(str(written.repository))} --model {written.name}")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,83 @@
+"""Tensor files shared by the Python and C++ runtimes: a list of tensors written
+with torch.save (read in C++ with torch::pickle_load)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+
+from ..errors import AotiDeployError, InputError, PackageError
+from ..package.zip_check import index_zip
+
+_HINT = "Write it with torch.save([tensor, ...], path) or with a runner's --outputs."
+# What a tensor file is; cpp_runtime/core/tensor_files.cpp says the same.
+_FORMAT = "A tensor file is a list of tensors saved with torch.save([tensor, ...], path), or a runner's --outputs."
+# torch's weights-only refusal buries its reason among advice to load unsafely.
+_WEIGHTS_ONLY_REASON = re.compile(r"WeightsUnpickler error: (.*?)(?:\. Please use|$)", re.MULTILINE)
+
+
+def _not_a_tensor_file(path: Path, why: str) -> InputError:
+    return InputError(f"{path} is not a tensor file: {why}. {_FORMAT}")
+
+
+def _load_failure(error: Exception) -> str:
+    """Why torch.load refused a file, without torch's advice to retry with
+    weights_only=False: that would run arbitrary code from the file."""
+    text = str(error)
+    found = _WEIGHTS_ONLY_REASON.search(text)
+    if found:
+        return f"it holds objects other than tensors ({found.group(1).strip()})"
+    first_line = text.strip().splitlines()[0] if text.strip() else ""
+    if not first_line or "weights_only" in first_line:
+        first_line = type(error).__name__
+    return f"torch.load could not read it ({first_line})"
+
+
+def save_tensors(path: str | Path, tensors: list[torch.Tensor]) -> Path:
+    """Write ``tensors`` (moved to the CPU) to ``path``; parent folders are created."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save([t.detach().cpu() for t in tensors], path)
+    except (OSError, RuntimeError) as error:
+        raise AotiDeployError(f"could not write tensors to {path}: {error}") from error
+    return path
+
+
+def load_tensors(path: str | Path) -> list[torch.Tensor]:
+    """Read a list of tensors (a single tensor counts as a list of one).
+
+    Raises:
+        InputError: the file is missing, empty, unreadable, or holds something
+            other than tensors.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"tensor file not found: {path}\n{_HINT}")
+    if path.stat().st_size == 0:
+        raise InputError(f"tensor file is empty: {path}\n{_HINT}")
+    # torch.save writes a zip archive, the only format the C++ runner reads; anything
+    # else (a text file, a numpy file) would reach the unpickler and fail obscurely.
+    with path.open("rb") as file:
+        if file.read(2) != b"PK":
+            raise _not_a_tensor_file(path, "it is not a zip archive, the format torch.save writes")
+    # The zip structure first: torch's reader trusts it. torch.load then checks each
+    # storage record against the size its pickle declares.
+    try:
+        index_zip(path, "it")
+    except PackageError as error:
+        raise _not_a_tensor_file(path, str(error).removesuffix(".")) from None
+    try:
+        value = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as error:  # the unpickler raises many types on a foreign archive
+        raise _not_a_tensor_file(path, _load_failure(error)) from error
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if not isinstance(value, (list, tuple)):
+        raise InputError(f"tensor file {path} holds a {type(value).__name__}, expected a list of tensors.\n{_HINT}")
+    for i, item in enumerate(value):
+        if not isinstance(item, torch.Tensor):
+            raise InputError(f"tensor file {path}: element {i} is of type {type(item).__name__}, expected a tensor.")
+    return list(value)

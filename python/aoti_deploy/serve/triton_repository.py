@@ -1,0 +1,544 @@
+"""A Triton model repository from a package: ``<repository>/<name>/config.pbtxt`` for
+the `aoti` backend, and ``<repository>/<name>/<version>/``, a deploy bundle
+(package/bundle.py) that the backend loads with the runners' trust policy. The
+config's names, types and batching come from the package's spec alone. Also reads a
+repository back, for serve_triton."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from ..errors import AotiDeployError, PackageError
+from ..locate import TRITON_BACKEND_NAME
+from ..package.dtypes import TRITON_TYPES
+from ..package.spec import DimSpec, PackageSpec, TensorSpec
+
+CONFIG_NAME = "config.pbtxt"
+# Tensor names, in the package's flat input and output order; the C++ backend
+# (cpp_runtime/triton) uses the same prefixes.
+INPUT_PREFIX = "INPUT__"
+OUTPUT_PREFIX = "OUTPUT__"
+# The config parameters the backend reads.
+PARAM_INTRA_OP_THREADS = "intra_op_threads"
+PARAM_TRUSTED_KEY = "trusted_key"  # a PEM public key: the backend verifies the bundle with it
+# max_batch_size is an int32 in Triton's ModelConfig.
+MAX_BATCH_SIZE_LIMIT = 2**31 - 1
+
+# Spec dtype -> Triton's data type: the dtype table's (package/dtypes.py), named here
+# for the serving code; a config writes TYPE_<datatype>.
+DATATYPES: dict[str, str] = TRITON_TYPES
+
+_MODEL_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+class TritonTensor(NamedTuple):
+    """One input or output as the config declares it."""
+
+    name: str  # INPUT__i / OUTPUT__i
+    data_type: str  # e.g. TYPE_FP32
+    dims: tuple[int, ...]  # -1 for a dynamic size; without dim 0 when the model is batched
+
+
+@dataclass(frozen=True)
+class TritonConfig:
+    """What ``config.pbtxt`` says, before it is written (``text``)."""
+
+    name: str
+    kind: str  # KIND_CPU or KIND_GPU
+    instances: int
+    max_batch_size: int  # 0: not batched, dims are the full shapes
+    dynamic_batching: bool  # a dynamic_batching block is written
+    max_queue_delay_us: int
+    inputs: tuple[TritonTensor, ...]
+    outputs: tuple[TritonTensor, ...]
+    batching: str  # why the model is or is not batched, for the summary
+    parameters: tuple[tuple[str, str], ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def batchable(self) -> bool:
+        return self.max_batch_size > 0
+
+    def text(self) -> str:
+        """The config in protobuf text format (Triton's ModelConfig)."""
+        lines = [f"name: {_quote(self.name)}", f"backend: {_quote(TRITON_BACKEND_NAME)}",
+                 f"max_batch_size: {self.max_batch_size}"]
+        for field_name, tensors in (("input", self.inputs), ("output", self.outputs)):
+            lines.append(f"{field_name} [")
+            for k, tensor in enumerate(tensors):
+                lines += [
+                    "  {",
+                    f"    name: {_quote(tensor.name)}",
+                    f"    data_type: {tensor.data_type}",
+                    f"    dims: [ {', '.join(str(d) for d in tensor.dims)} ]",
+                    "  }," if k < len(tensors) - 1 else "  }",
+                ]
+            lines.append("]")
+        if self.dynamic_batching:
+            lines += ["dynamic_batching {", f"  max_queue_delay_microseconds: {self.max_queue_delay_us}", "}"]
+        lines += ["instance_group [", "  {", f"    kind: {self.kind}", f"    count: {self.instances}", "  }", "]"]
+        for key, value in self.parameters:
+            lines += ["parameters: {", f"  key: {_quote(key)}", f"  value: {{ string_value: {_quote(value)} }}", "}"]
+        return "\n".join(lines) + "\n"
+
+
+def _quote(text: str) -> str:
+    """A protobuf text-format string literal: quotes and backslashes escaped, and every
+    byte outside printable ASCII as an octal escape (the form every parser reads)."""
+    out = []
+    for byte in text.encode("utf-8"):
+        char = chr(byte)
+        if char in '"\\':
+            out.append("\\" + char)
+        elif 0x20 <= byte < 0x7F:
+            out.append(char)
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def _usage(message: str) -> AotiDeployError:
+    return AotiDeployError(message, kind="usage")
+
+
+def check_model_name(name: str) -> str:
+    """A Triton model name is its folder's name: letters, digits, '_', '.', '-', not
+    starting with '.'.
+
+    Raises:
+        AotiDeployError (kind usage): any other name.
+    """
+    if not _MODEL_NAME.fullmatch(name) or name.startswith("."):
+        raise _usage(
+            f"invalid model name {name!r}: a model name is its folder's name in the repository, made of letters, "
+            "digits, '_', '.' and '-', not starting with '.'; pass --name NAME"
+        )
+    return name
+
+
+def default_model_name(package: str | os.PathLike[str]) -> str:
+    """The package file's stem (``model.pt2`` -> ``model``), or a bundle folder's name."""
+    path = Path(package)
+    return path.name if path.is_dir() else path.stem
+
+
+def _data_type(spec: TensorSpec, label: str) -> str:
+    if spec.dtype not in DATATYPES:
+        raise PackageError(
+            f"{label} has dtype {spec.dtype}, which Triton has no data type for, so the aoti backend cannot serve "
+            f"it; export the model with tensors of a dtype Triton serves: {', '.join(DATATYPES)}",
+            kind="triton_dtype",
+        )
+    return "TYPE_" + DATATYPES[spec.dtype]
+
+
+def _config_dims(dims: Sequence[DimSpec]) -> tuple[int, ...]:
+    return tuple(d.min if d.is_static else -1 for d in dims)
+
+
+def batch_dim(spec: PackageSpec) -> tuple[DimSpec | None, str]:
+    """The shared batch dim, if the package is batchable, and why it is or is not.
+
+    Batchable: every input's dim 0 is dynamic, all of them are one size (one input, or
+    every (input, 0) in one group of ``spec.shared_dims``, with no other dim), and every
+    output's dim 0 has the same range. The backend applies the same rule to a config
+    (cpp_runtime/triton/model_config.cpp)."""
+    outputs = spec.outputs
+    if not spec.inputs:
+        return None, "not batched: the package takes no inputs"
+    for i, tensor in enumerate(spec.inputs):
+        if not tensor.dims:
+            return None, f"not batched: input {i} is a scalar"
+        if tensor.dims[0].is_static:
+            return None, f"not batched: input {i}'s dim 0 is static ({tensor.dims[0]})"
+    # A tensor that is only its batch dim would need Triton's reshape (clients would send
+    # [batch, 1]); served unbatched, every tensor keeps the package's own shape.
+    for label, tensors in (("input", spec.inputs), ("output", outputs)):
+        for i, tensor in enumerate(tensors):
+            if len(tensor.dims) == 1:
+                return None, f"not batched: {label} {i} has no dim besides dim 0"
+    if len(spec.inputs) > 1:
+        wanted = {(i, 0) for i in range(len(spec.inputs))}
+        if not any(wanted <= {tuple(position) for position in group} for group in spec.shared_dims):
+            return None, "not batched: the inputs' dims 0 are not recorded as one size (shared dims)"
+    # Merging requests along dim 0 must change no other dim the compiled code ties to it.
+    for group in spec.shared_dims:
+        positions = [tuple(position) for position in group]
+        if (0, 0) in positions:
+            for i, d in positions:
+                if d != 0:
+                    return None, f"not batched: input {i}'s dim {d} is one size with the batch dim"
+    dim = spec.inputs[0].dims[0]
+    for i, tensor in enumerate(spec.inputs):
+        if tensor.dims[0] != dim:
+            return None, f"not batched: input {i}'s dim 0 ({tensor.dims[0]}) differs from input 0's ({dim})"
+    for k, tensor in enumerate(outputs):
+        if not tensor.dims or tensor.dims[0] != dim:
+            got = tensor.dims[0] if tensor.dims else "none, a scalar"
+            return None, f"not batched: output {k}'s dim 0 ({got}) is not the inputs' batch dim ({dim})"
+    return dim, f"batched on dim 0 ({dim})"
+
+
+def triton_config(
+    spec: PackageSpec,
+    name: str,
+    *,
+    instances: int = 1,
+    dynamic_batching: bool = True,
+    max_queue_delay_us: int = 100,
+    intra_op_threads: int | None = None,
+    trusted_key: str | os.PathLike[str] | None = None,
+) -> TritonConfig:
+    """The Triton config of a package, from its spec alone (no files are read).
+
+    Args:
+        spec: the package's spec (``read_package_spec``).
+        name: the model name (its folder in the repository).
+        instances: model instances (``instance_group`` count).
+        dynamic_batching: write a ``dynamic_batching`` block when the package is batchable.
+        max_queue_delay_us: how long the dynamic batcher waits to fill a batch.
+        intra_op_threads: the backend's intra-op threads per instance; None: its default.
+        trusted_key: a PEM public key path the backend verifies the bundle with.
+
+    Raises:
+        PackageError: Python-only ops, no recorded outputs, or a dtype Triton's
+            backend does not serve.
+        AotiDeployError (kind usage): a bad name or number.
+    """
+    check_model_name(name)
+    if instances < 1:
+        raise _usage(f"instances must be at least 1, got {instances}")
+    if max_queue_delay_us < 0:
+        raise _usage(f"max queue delay must be 0 or more microseconds, got {max_queue_delay_us}")
+    if intra_op_threads is not None and intra_op_threads < 1:
+        raise _usage(f"intra-op threads must be at least 1, got {intra_op_threads}")
+    if spec.python_only_ops:
+        raise PackageError(
+            f"the package calls Python-only custom ops ({', '.join(spec.python_only_ops)}); the Triton aoti backend "
+            "runs no Python, so it cannot serve it. Register them in C++ (TORCH_LIBRARY) and re-export.",
+            kind="python_only_ops",
+        )
+    outputs = spec.outputs
+    if not outputs:
+        raise PackageError(
+            "the package records no outputs: it was exported before export_compile recorded them (or its model "
+            "returns something other than tensors), and a Triton config needs each output's dtype and dims. "
+            "Re-export it with export_compile.",
+            kind="no_outputs",
+        )
+    input_types = [_data_type(t, f"input {i} ({INPUT_PREFIX}{i})") for i, t in enumerate(spec.inputs)]
+    output_types = [_data_type(t, f"output {k} ({OUTPUT_PREFIX}{k})") for k, t in enumerate(outputs)]
+
+    dim, batching = batch_dim(spec)
+    if dim is None:
+        for label, prefix, tensors in (("input", INPUT_PREFIX, spec.inputs), ("output", OUTPUT_PREFIX, outputs)):
+            for i, tensor in enumerate(tensors):
+                if not tensor.dims:
+                    raise PackageError(
+                        f"{label} {i} ({prefix}{i}) is a scalar (0-d); Triton serves no scalar tensors in a model "
+                        "without batching. Export the model with a 1-element dim instead.",
+                        kind="triton_scalar",
+                    )
+    warnings: list[str] = []
+    skip = 0
+    max_batch_size = 0
+    if dim is not None:
+        skip = 1
+        # An unbounded batch dim, or one past Triton's int32, is capped at its limit.
+        max_batch_size = MAX_BATCH_SIZE_LIMIT if dim.max is None else min(dim.max, MAX_BATCH_SIZE_LIMIT)
+        if dim.min > 1:
+            positions = ",".join(f"{i}.0" for i in range(len(spec.inputs)))
+            warnings.append(
+                f"the batch dim takes {dim} items, so a request (or a batch Triton forms) of fewer than {dim.min} "
+                f"fails; to serve single items, export with a batch range from 1 (export_compile --dynamic-dim "
+                f"{positions}=1:{'' if dim.max is None else dim.max})"
+            )
+    parameters = []
+    if intra_op_threads is not None:
+        parameters.append((PARAM_INTRA_OP_THREADS, str(intra_op_threads)))
+    if trusted_key is not None:
+        parameters.append((PARAM_TRUSTED_KEY, str(trusted_key)))
+    return TritonConfig(
+        name=name,
+        kind="KIND_GPU" if spec.device.startswith("cuda") else "KIND_CPU",
+        instances=instances,
+        max_batch_size=max_batch_size,
+        dynamic_batching=dynamic_batching and max_batch_size > 0,
+        max_queue_delay_us=max_queue_delay_us,
+        inputs=tuple(
+            TritonTensor(f"{INPUT_PREFIX}{i}", data_type, _config_dims(t.dims[skip:]))
+            for i, (t, data_type) in enumerate(zip(spec.inputs, input_types))
+        ),
+        outputs=tuple(
+            TritonTensor(f"{OUTPUT_PREFIX}{k}", data_type, _config_dims(t.dims[skip:]))
+            for k, (t, data_type) in enumerate(zip(outputs, output_types))
+        ),
+        batching=batching if dim is None or dynamic_batching else f"{batching}, dynamic batching off",
+        parameters=tuple(parameters),
+        warnings=tuple(warnings),
+    )
+
+
+def config_text(
+    spec: PackageSpec,
+    name: str,
+    *,
+    instances: int = 1,
+    dynamic_batching: bool = True,
+    max_queue_delay_us: int = 100,
+    intra_op_threads: int | None = None,
+    trusted_key: str | os.PathLike[str] | None = None,
+) -> str:
+    """``config.pbtxt`` for a package's spec: ``triton_config(...).text()``."""
+    return triton_config(
+        spec,
+        name,
+        instances=instances,
+        dynamic_batching=dynamic_batching,
+        max_queue_delay_us=max_queue_delay_us,
+        intra_op_threads=intra_op_threads,
+        trusted_key=trusted_key,
+    ).text()
+
+
+@dataclass(frozen=True)
+class RepositoryModel:
+    """What ``write_repository`` wrote."""
+
+    repository: Path
+    name: str
+    version: int
+    config_path: Path  # <repository>/<name>/config.pbtxt
+    bundle: Path  # <repository>/<name>/<version>/
+    config: TritonConfig
+    signed: bool
+    files: list[str] = field(default_factory=list)  # the bundle's files
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def batchable(self) -> bool:
+        return self.config.batchable
+
+    @property
+    def max_batch_size(self) -> int:
+        return self.config.max_batch_size
+
+    @property
+    def inputs(self) -> tuple[TritonTensor, ...]:
+        return self.config.inputs
+
+    @property
+    def outputs(self) -> tuple[TritonTensor, ...]:
+        return self.config.outputs
+
+
+def _package_spec(package: Path) -> PackageSpec:
+    """The spec of a .pt2 package or of a bundle's."""
+    from ..package.archive import read_package_spec
+    from ..package.bundle import is_bundle, read_layout
+    from ..runtime import is_onnx_path
+
+    if is_bundle(package):
+        return read_package_spec(read_layout(package).package)
+    if is_onnx_path(package):
+        raise PackageError(
+            f"{package} is an ONNX file; the Triton aoti backend serves AOTI packages (.pt2) and bundles",
+            kind="not_found",
+        )
+    return read_package_spec(package)
+
+
+def write_repository(
+    package: str | os.PathLike[str],
+    repository: str | os.PathLike[str],
+    *,
+    name: str,
+    version: int = 1,
+    instances: int = 1,
+    dynamic_batching: bool = True,
+    max_queue_delay_us: int = 100,
+    op_libraries: Sequence[str | os.PathLike[str]] = (),
+    sign_key: str | os.PathLike[str] | None = None,
+    intra_op_threads: int | None = None,
+    trusted_key: str | os.PathLike[str] | None = None,
+) -> RepositoryModel:
+    """Write a package into a Triton model repository: the bundle
+    ``<repository>/<name>/<version>/`` (``write_bundle``) and then
+    ``<repository>/<name>/config.pbtxt`` (through a temporary file and a rename).
+    Nothing is written if the package cannot be served.
+
+    Args:
+        package: a .pt2 package or a bundle folder.
+        repository: the model repository folder (made if missing).
+        name: the model name; version: the version folder (1 or more).
+        op_libraries, sign_key: as for ``write_bundle``.
+        trusted_key: a PEM public key the backend verifies the bundle with (an
+            unsigned bundle is then refused: a warning says so). Written into the
+            config as an absolute path.
+        instances, dynamic_batching, max_queue_delay_us, intra_op_threads: as for
+            ``triton_config``.
+
+    Returns:
+        The paths written, the config and its warnings.
+
+    Raises:
+        PackageError: the package cannot be read or served (``triton_config``), or
+            write_bundle's errors (libraries, destination, signing).
+        AotiDeployError (kind usage): a bad name, version or option combination.
+        OpLibraryError, SigningUnavailableError: as for ``write_bundle``.
+    """
+    from ..package.bundle import read_layout, write_bundle
+
+    package = Path(package)
+    repository = Path(repository)
+    check_model_name(name)
+    if type(version) is not int or version < 1:
+        raise _usage(f"invalid version {version!r}: a model version is a whole number, 1 or more")
+    key_path: Path | None = None
+    if trusted_key is not None:
+        key_path = Path(trusted_key).resolve()
+        if not key_path.is_file():
+            raise PackageError(f"trusted key not found: {trusted_key}", kind="bad_key")
+
+    spec = _package_spec(package)
+    try:
+        config = triton_config(
+            spec,
+            name,
+            instances=instances,
+            dynamic_batching=dynamic_batching,
+            max_queue_delay_us=max_queue_delay_us,
+            intra_op_threads=intra_op_threads,
+            trusted_key=key_path,
+        )
+    except PackageError as error:
+        raise PackageError(f"{package}: {error}", kind=error.kind) from error
+    warnings = list(config.warnings)
+    if sign_key is not None and key_path is None:
+        warnings.append(
+            "the bundle is signed, but the config names no trusted key, so the backend loads it unverified; "
+            "pass --trusted-key PUB.pem to have it verified"
+        )
+    if sign_key is None and key_path is not None:
+        warnings.append(
+            "the config names a trusted key, but the bundle is not signed, so the backend will refuse to load it; "
+            "pass --sign-key KEY.pem (the private half of the trusted key)"
+        )
+
+    model_dir = repository / name
+    bundle = write_bundle(package, list(op_libraries), model_dir / str(version), sign_key)
+    config_path = model_dir / CONFIG_NAME
+    _write_text(config_path, config.text())
+    layout = read_layout(bundle)
+    return RepositoryModel(
+        repository=repository,
+        name=name,
+        version=version,
+        config_path=config_path,
+        bundle=bundle,
+        config=config,
+        signed=layout.signed,
+        files=layout.files,
+        warnings=warnings,
+    )
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all: a temporary file beside it, then a rename."""
+    temporary: Path | None = None
+    try:
+        with tempfile.NamedTemporaryFile(
+            "w", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False, encoding="utf-8"
+        ) as file:
+            temporary = Path(file.name)
+            file.write(text)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except OSError as error:
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
+        raise PackageError(f"could not write {path}: {error.strerror or error}", kind="bundle_output") from error
+
+
+# --- Reading a repository back (serve_triton) -----------------------------------------
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """A model of a repository as the server will load it: its latest version's bundle."""
+
+    name: str
+    config: Any  # tritonclient's model_config_pb2.ModelConfig
+    version: int
+    bundle: Path
+    spec: PackageSpec
+
+    @property
+    def trusted_key(self) -> Path | None:
+        value = self.config.parameters.get(PARAM_TRUSTED_KEY)
+        return Path(value.string_value) if value is not None and value.string_value else None
+
+
+def parse_config(path: str | os.PathLike[str]) -> Any:
+    """Parse a config.pbtxt with Triton's own grammar (tritonclient's ModelConfig).
+
+    Raises:
+        TritonUnavailableError: tritonclient is not installed.
+        PackageError: the file cannot be read or parsed.
+    """
+    from .triton_server import require_triton_client
+
+    require_triton_client()
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        return text_format.Parse(text, model_config_pb2.ModelConfig())
+    except OSError as error:
+        raise PackageError(f"could not read {path}: {error.strerror or error}", kind="not_found") from error
+    except text_format.ParseError as error:
+        raise PackageError(f"{path} is not a valid Triton model config: {error}", kind="malformed") from error
+
+
+def read_repository(repository: str | os.PathLike[str], names: Sequence[str] = ()) -> list[ServedModel]:
+    """The models of a repository (the given ones, else every folder with a
+    config.pbtxt), each with its config and its latest version's bundle and spec.
+
+    Raises:
+        AotiDeployError (kind usage): no such repository or model, or a model with
+            no version folder.
+        PackageError: a config or bundle that cannot be read.
+    """
+    from ..package.archive import read_package_spec
+    from ..package.bundle import read_layout
+
+    repository = Path(repository)
+    if not repository.is_dir():
+        raise _usage(f"model repository not found: {repository} (write one with triton_repository)")
+    if names:
+        for name in names:
+            if not (repository / check_model_name(name) / CONFIG_NAME).is_file():
+                raise _usage(f"no model {name!r} in {repository}: {repository / name / CONFIG_NAME} does not exist")
+        chosen = list(names)
+    else:
+        chosen = sorted(p.name for p in repository.iterdir() if (p / CONFIG_NAME).is_file())
+        if not chosen:
+            raise _usage(f"{repository} holds no model (no <name>/{CONFIG_NAME}); write one with triton_repository")
+    models = []
+    for name in chosen:
+        model_dir = repository / name
+        config = parse_config(model_dir / CONFIG_NAME)
+        versions = [int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit() and int(p.name) > 0]
+        if not versions:
+            raise _usage(f"model {name} in {repository} has no version folder (e.g. {model_dir / '1'})")
+        bundle = model_dir / str(max(versions))  # Triton's default policy serves the latest
+        layout = read_layout(bundle)
+        models.append(ServedModel(name, config, max(versions), bundle, read_package_spec(layout.package)))
+    return models
