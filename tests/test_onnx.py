@@ -262,7 +262,7 @@ def test_an_op_that_writes_its_argument_is_refused_by_both_modes_alike(tmp_path,
 def test_an_op_without_translation_is_named(op_library, monkeypatch):
     """A functional op with no portable translation: the error names it, with the
     registration call to add (or the custom-domain mode, which does take it)."""
-    from aoti_deploy import onnx_translations
+    from aoti_deploy.compiler import onnx_translations
     from aoti_deploy.compiler.onnx_export import prepare_onnx
     from aoti_deploy.errors import ExportError
 
@@ -273,7 +273,7 @@ def test_an_op_without_translation_is_named(op_library, monkeypatch):
 
 
 def test_a_torchbind_class_without_route_is_named(op_library, monkeypatch):
-    from aoti_deploy import onnx_translations
+    from aoti_deploy.compiler import onnx_translations
     from aoti_deploy.errors import ExportError
     from aoti_deploy.compiler.onnx_export import prepare_onnx
 

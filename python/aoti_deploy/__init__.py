@@ -17,9 +17,6 @@ from .errors import (
     PackageError,
     VerificationError,
 )
-from . import _moved
-
-_moved.install()
 
 # The op layer imports torch; it loads on first use (PEP 562), so the CLIs' --help
 # and the light modules (errors, locate) start without it.

@@ -113,7 +113,7 @@ def routed_classes(model: nn.Module) -> Iterator[list[str]]:
                         f"the model holds a torchbind object of class {class_name} (attribute {name!r}), which has "
                         "no ONNX route: an ONNX graph has no stateful objects. Register an op that takes the "
                         "method's arguments and the object's flattened state with "
-                        "aoti_deploy.onnx_translations.register_onnx_class_route(class, method, op)."
+                        "aoti_deploy.compiler.onnx_translations.register_onnx_class_route(class, method, op)."
                     )
                 swapped.append((module, name, value))
                 setattr(module, name, _ClassProxy(value, methods))
@@ -303,7 +303,7 @@ def prepare_onnx(
     if missing:
         raise ExportError(
             f"no ONNX translation for the custom op(s) {', '.join(sorted(set(missing)))}. Register one next to "
-            "the op's fake with aoti_deploy.onnx_translations.register_onnx_translation(op, fn), where "
+            "the op's fake with aoti_deploy.compiler.onnx_translations.register_onnx_translation(op, fn), where "
             "fn(opset, *args) returns standard ONNX ops (e.g. lambda op, x: op.Identity(x)); or export in "
             "the custom-domain mode, which writes the op as a node for a runtime that implements it."
         )
