@@ -53,7 +53,7 @@ classes it registers are there for the package. The package's recorded input
 specs are checked before anything runs. A package that calls ops only Python can
 run (export_compile --allow-python-ops) is refused up front.
 
-A bundle (export_compile --bundle DIR, or the bundle command) is a folder with
+A bundle (export_compile --bundle DIR, or aoti-deploy bundle) is a folder with
 model.pt2, the op libraries its package records, and an OpenSSF Model Signing
 signature model.sig. Its op libraries are loaded from it, in the recorded order.
 With a trusted key, the bundle is copied into a private folder (0700), the copy's
@@ -393,7 +393,7 @@ int verify_outputs(const Options& options, const aoti_runner::PackageSpec& spec,
 }
 
 // --inspect: what the package records and, for a bundle, its files against the
-// signature, verified first with --trusted-key (as inspect_package does; the
+// signature, verified first with --trusted-key (as aoti-deploy inspect does; the
 // environment's key is for runs).
 int inspect(const Options& options) {
   using namespace aoti_runner;

@@ -220,7 +220,8 @@ def test_train_identity_cli_end_to_end(build, op_library, tmp_path):
     checkout's all the same."""
     from conftest import run_cli
 
-    result = run_cli("train_identity", "--steps", "60", "--output", tmp_path / "trained.pt2", cwd=tmp_path, build=build)
+    result = run_cli("aoti-deploy", "train", "--steps", "60", "--output", tmp_path / "trained.pt2", cwd=tmp_path,
+                     build=build)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "eager vs package [2, 3, 8, 12] (bitwise): identical" in result.stdout
     assert "eager vs AOTI-C++ (bitwise): identical" in result.stdout

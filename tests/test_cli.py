@@ -1,18 +1,21 @@
 """The CLIs through typer's CliRunner: the happy paths, and wrong option values
-that give clear errors and exit 2."""
+that give clear errors and exit 2; and the one CLI, aoti-deploy, beside the two named
+entry points (export_compile, run_inference), as processes."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
-from aoti_deploy.cli.compare_tensors import app as compare_app
 from aoti_deploy.cli.export_compile import app as export_compile_app
+from aoti_deploy.cli.main import app as cli_app
 from aoti_deploy.cli.run_inference import app as run_inference_app
 from aoti_deploy.runtime.tensor_files import load_tensors, save_tensors
+from aoti_deploy.verify.bits import compare_bits
 from aoti_deploy.verify.tolerance import ULP, Tolerance
 
 runner = CliRunner()
@@ -128,9 +131,9 @@ def test_run_inference_missing_package(tmp_path):
 def test_compare_tensors(tmp_path):
     a = save_tensors(tmp_path / "a.pt", [torch.tensor([0.0, 1.0])])
     b = save_tensors(tmp_path / "b.pt", [torch.tensor([-0.0, 1.0])])
-    same = runner.invoke(compare_app, [str(a), str(a)])
+    same = runner.invoke(cli_app, ["compare", str(a), str(a)])
     assert same.exit_code == 0 and "identical" in same.output
-    differ = runner.invoke(compare_app, [str(a), str(b)])
+    differ = runner.invoke(cli_app, ["compare", str(a), str(b)])
     assert differ.exit_code == 1 and "1 of 2 elements differ" in differ.output
 
 
@@ -140,9 +143,9 @@ def test_compare_tensors_compares_both_parts_of_complex_numbers(tmp_path):
     a = torch.zeros(2, dtype=torch.complex128)
     b = a.clone()
     b[1] = 1j
-    same = runner.invoke(compare_app, [str(save_tensors(tmp_path / "a.pt", [a])), str(tmp_path / "a.pt")])
+    same = runner.invoke(cli_app, ["compare", str(save_tensors(tmp_path / "a.pt", [a])), str(tmp_path / "a.pt")])
     assert same.exit_code == 0 and "compare: PASSED (bit-identical)" in same.output, same.output
-    differ = runner.invoke(compare_app, [str(tmp_path / "a.pt"), str(save_tensors(tmp_path / "b.pt", [b]))])
+    differ = runner.invoke(cli_app, ["compare", str(tmp_path / "a.pt"), str(save_tensors(tmp_path / "b.pt", [b]))])
     assert differ.exit_code == 1, differ.output
     assert "1 of 4 elements differ; first at [1, 1]: got 0 (0x0000000000000000), expected 1" in differ.output
 
@@ -167,12 +170,11 @@ def test_export_compile_rejects_bad_dynamic_options(args, message, tmp_path):
 def test_inspect_package_table_and_json_match_the_cpp_runner(build, dynamic_package):
     import json
 
-    from aoti_deploy.cli.inspect_package import app as inspect_app
     from conftest import run_cmd
 
-    table = runner.invoke(inspect_app, [str(dynamic_package)])
+    table = runner.invoke(cli_app, ["inspect", str(dynamic_package)])
     assert table.exit_code == 0, table.output
-    as_json = runner.invoke(inspect_app, [str(dynamic_package), "--json"])
+    as_json = runner.invoke(cli_app, ["inspect", str(dynamic_package), "--json"])
     assert as_json.exit_code == 0, as_json.output
     data = json.loads(as_json.output)
     assert data["inputs"] == [{"dtype": "float32", "dims": [{"min": 1, "max": 8}, {"min": 3, "max": 3},
@@ -200,9 +202,8 @@ def test_inspect_package_table_and_json_match_the_cpp_runner(build, dynamic_pack
 
 
 def test_inspect_package_bad_file_exits_2(tmp_path):
-    from aoti_deploy.cli.inspect_package import app as inspect_app
 
-    result = runner.invoke(inspect_app, [str(tmp_path / "absent.pt2")])
+    result = runner.invoke(cli_app, ["inspect", str(tmp_path / "absent.pt2")])
     assert result.exit_code == 2
     assert "package not found" in result.output
 
@@ -246,7 +247,7 @@ def test_export_compile_passes_every_option_to_the_stage(monkeypatch, tmp_path):
 def test_compare_tensors_passes_two_empty_lists(tmp_path):
     """The same verdict rule as both runners: nothing differs, so PASSED (exit 0)."""
     empty = save_tensors(tmp_path / "empty.pt", [])
-    result = CliRunner().invoke(compare_app, [str(empty), str(empty)])
+    result = CliRunner().invoke(cli_app, ["compare", str(empty), str(empty)])
     assert result.exit_code == 0 and "PASSED" in result.output, result.output
 
 
@@ -314,22 +315,20 @@ def test_a_file_that_is_not_a_tensor_file_says_what_the_format_is(compiled_packa
         torch.save([numpy.ones(3)], path)
     expected = (f"{path} is not a tensor file: {why}", "A tensor file is a list of tensors saved with "
                 "torch.save([tensor, ...], path), or a runner's --outputs.")
-    for result in (runner.invoke(compare_app, [str(path), str(path)]),
+    for result in (runner.invoke(cli_app, ["compare", str(path), str(path)]),
                    runner.invoke(run_inference_app, [str(compiled_package.path), str(op_library), "--inputs", str(path)])):
         assert result.exit_code == 2, result.output
         assert all(part in result.output for part in expected), result.output
         assert "weights_only" not in result.output
 
 
-@pytest.mark.parametrize("app_module", ["export_compile", "verify_matrix"])
-def test_help_shows_square_brackets_rich_would_take_for_markup(app_module):
-    import importlib
-
-    app = importlib.import_module(f"aoti_deploy.cli.{app_module}").app
-    result = runner.invoke(app, ["--help"], env={"COLUMNS": "240", "TERMINAL_WIDTH": "240"})
+@pytest.mark.parametrize("command", [["export_compile"], ["aoti-deploy", "export"], ["aoti-deploy", "matrix"]])
+def test_help_shows_square_brackets_rich_would_take_for_markup(command):
+    app = export_compile_app if command == ["export_compile"] else cli_app
+    result = runner.invoke(app, [*command[1:], "--help"], env={"COLUMNS": "240", "TERMINAL_WIDTH": "240"})
     assert result.exit_code == 0, result.output
     assert "pip install -e '.[onnx]'" in result.output, result.output
-    if app_module == "export_compile":
+    if command[-1] != "matrix":
         assert "[default: artifacts/model.pt2, or artifacts/model.onnx]" in result.output, result.output
 
 
@@ -388,3 +387,55 @@ def test_readme_inspect_sample_has_the_rows_the_runner_prints(build, dynamic_pac
     assert cpp.returncode == 0, cpp.stderr
     names = [line.split(":", 1)[0] for line in cpp.stdout.splitlines()]
     assert [line.split(":", 1)[0] for line in sample.strip().splitlines()] == names, sample
+
+
+# --- one CLI: aoti-deploy, and the two named entry points ---------------------------------
+
+SUBCOMMANDS = ("export", "run", "inspect", "compare", "matrix", "bundle", "triton-repository", "serve", "bench",
+               "train")
+
+
+def test_aoti_deploy_help_lists_every_subcommand_and_completion(build, tmp_path):
+    from conftest import run_cli
+
+    result = run_cli("aoti-deploy", "--help", cwd=tmp_path, build=build, COLUMNS="200")
+    assert result.returncode == 0, result.stdout + result.stderr
+    listed = [line.split()[1] for line in result.stdout.splitlines()
+              if line.startswith("│ ") and len(line.split()) > 2 and not line.split()[1].startswith("-")]
+    assert listed == list(SUBCOMMANDS), result.stdout
+    assert "--install-completion" in result.stdout and "--show-completion" in result.stdout
+    for name in SUBCOMMANDS:
+        sub = runner.invoke(cli_app, [name, "--help"], env={"COLUMNS": "200"})
+        assert sub.exit_code == 0 and f"Usage: aoti-deploy {name} [OPTIONS]" in sub.output, sub.output
+
+
+def test_the_named_entry_points_stay_and_the_other_scripts_are_gone(build, tmp_path):
+    from conftest import run_cli
+
+    for script, option in (("export_compile", "--input-shape"), ("run_inference", "--trusted-key")):
+        result = run_cli(script, "--help", cwd=tmp_path, build=build, COLUMNS="200")
+        assert result.returncode == 0 and f"Usage: {script} [OPTIONS]" in result.stdout, result.stdout + result.stderr
+        assert option in result.stdout
+    scripts = Path(sys.executable).parent
+    gone = ("compare_tensors", "inspect_package", "verify_matrix", "train_identity", "benchmark", "bundle",
+            "triton_repository", "serve_triton")
+    assert [name for name in gone if (scripts / name).exists()] == []
+
+
+def test_aoti_deploy_run_is_run_inference_as_a_subprocess(compiled_package, build, tmp_path):
+    """The same command under both names, as processes (run ends without teardown under
+    both): the same report and exit code, for a pass and for a usage error."""
+    from conftest import run_cli
+
+    args = [compiled_package.path, "--inputs", compiled_package.input_file]
+    one = run_cli("aoti-deploy", "run", *args, "--outputs", tmp_path / "one.pt", cwd=tmp_path, build=build)
+    named = run_cli("run_inference", *args, "--outputs", tmp_path / "named.pt", cwd=tmp_path, build=build)
+    assert one.returncode == named.returncode == 0, one.stdout + one.stderr
+    assert one.stdout.strip().endswith("PASSED")
+    assert [line for line in one.stdout.splitlines() if "one.pt" not in line] == [
+        line for line in named.stdout.splitlines() if "named.pt" not in line]
+    assert compare_bits(load_tensors(tmp_path / "one.pt")[0], load_tensors(tmp_path / "named.pt")[0]).identical
+    missing = run_cli("aoti-deploy", "run", tmp_path / "absent.pt2", cwd=tmp_path, build=build)
+    assert missing.returncode == 2 and "package not found" in missing.stderr, missing.stdout + missing.stderr
+    unknown = run_cli("aoti-deploy", "no-such-command", cwd=tmp_path, build=build)
+    assert unknown.returncode == 2 and "No such command 'no-such-command'" in unknown.stderr, unknown.stderr

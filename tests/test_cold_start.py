@@ -27,6 +27,7 @@ from aoti_deploy.runtime.tensor_files import load_tensors, save_tensors
 from aoti_deploy.verify.bits import compare_bits
 
 RUN_INFERENCE = Path(sys.executable).parent / "run_inference"
+AOTI_DEPLOY = Path(sys.executable).parent / "aoti-deploy"
 # Modules a run must not import: the compiler stacks aoti_load_package pulls in, and
 # the ONNX side, which only .onnx paths need.
 NOT_FOR_A_RUN = ("torch._dynamo", "torch._inductor", "aoti_deploy.compiler.onnx_export", "onnx", "onnxruntime")
@@ -196,13 +197,18 @@ def test_run_inference_imports_no_compiler_and_leaves_nothing_behind(demo_packag
     assert not any(temp.iterdir())
 
 
-def test_run_inference_help_imports_no_torch(tmp_path):
-    result = subprocess.run([RUN_INFERENCE, "--help"], capture_output=True, text=True, timeout=120,
+@pytest.mark.parametrize("command", [[RUN_INFERENCE], [AOTI_DEPLOY, "run"]],
+                         ids=["run_inference", "aoti-deploy run"])
+def test_run_inference_help_imports_no_torch(tmp_path, command):
+    result = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=120,
                             env=_profiled_env(tmp_path))
     assert result.returncode == 0 and "Usage" in result.stdout and "--trusted-key" in result.stdout
     imported = _imported(result.stderr)
     assert "aoti_deploy.cli.run_inference" in imported
     assert not [name for name in imported if name == "torch" or name.startswith(("torch.", "numpy"))]
+    # aoti-deploy run loads no other subcommand's module.
+    assert not [name for name in imported if name.startswith("aoti_deploy.cli.") and
+                name.rsplit(".", 1)[1] not in ("run_inference", "common")]
 
 
 def test_run_inference_exit_codes_survive_the_fast_exit(demo_package, tmp_path):

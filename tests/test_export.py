@@ -122,7 +122,7 @@ def test_an_unbounded_dim_is_recorded_inspected_and_run_as_unbounded(build, tmp_
     from typer.testing import CliRunner
 
     from conftest import _export_model_package, run_cmd
-    from aoti_deploy.cli.inspect_package import app as inspect_app
+    from aoti_deploy.cli.main import app as cli_app
     from aoti_deploy.cli.run_inference import app as run_inference_app
     from aoti_deploy.package.archive import read_package_metadata
     from aoti_deploy.runtime.tensor_files import load_tensors, save_tensors
@@ -135,14 +135,14 @@ def test_an_unbounded_dim_is_recorded_inspected_and_run_as_unbounded(build, tmp_
     assert document["inputs"][0]["dims"] == [{"min": 1, "max": None}, {"min": 16, "max": 16}]
     assert [o["dims"][0] for o in document["outputs"]] == [{"min": 1, "max": None}] * 2
 
-    python_inspect = CliRunner().invoke(inspect_app, [str(package)])
+    python_inspect = CliRunner().invoke(cli_app, ["inspect", str(package)])
     assert python_inspect.exit_code == 0, python_inspect.output
     cpp_inspect = run_cmd(build.runner, package, "--inspect")
     assert cpp_inspect.returncode == 0, cpp_inspect.stderr
     for row in ("input[0]: [1..unbounded, 16] float32", "output[1]: [1..unbounded] float32", "spec: schema 3"):
         assert row in cpp_inspect.stdout.splitlines(), cpp_inspect.stdout
         assert row.split(": ", 1)[1] in python_inspect.output, python_inspect.output
-    as_json = CliRunner().invoke(inspect_app, [str(package), "--json"])
+    as_json = CliRunner().invoke(cli_app, ["inspect", str(package), "--json"])
     assert json.loads(as_json.output)["inputs"][0]["dims"][0] == {"min": 1, "max": None}
 
     generator = torch.Generator().manual_seed(5)

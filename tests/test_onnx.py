@@ -328,9 +328,9 @@ def test_custom_domain_float_attributes_must_be_exact_in_float32(build: Build, o
 def test_inspect_package_reads_onnx_files(onnx_files):
     import json
 
-    from aoti_deploy.cli.inspect_package import app as inspect_app
+    from aoti_deploy.cli.main import app as cli_app
 
-    result = CliRunner().invoke(inspect_app, [str(onnx_files["custom-domain"].path), "--json"])
+    result = CliRunner().invoke(cli_app, ["inspect", str(onnx_files["custom-domain"].path), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["onnx_mode"] == "custom-domain"

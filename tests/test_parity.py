@@ -7,7 +7,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from aoti_deploy.cli.verify_matrix import app as verify_app
+from aoti_deploy.cli.main import app as cli_app
 from aoti_deploy.models.identity import IdentityModel
 from aoti_deploy.package.dtypes import DTYPES
 from aoti_deploy.verify.parity import (
@@ -119,9 +119,9 @@ def test_named_layers_compose_to_forward(op_library):
 
 
 def test_verify_matrix_cli(build, op_library, tmp_path):
-    result = CliRunner().invoke(verify_app, ["--dtypes", "float32", "--shapes", "static", "--inputs", "special",
-                                             "--work-dir", str(tmp_path), "--runner", str(build.runner),
-                                             "--op-lib", str(op_library)])
+    result = CliRunner().invoke(cli_app, ["matrix", "--dtypes", "float32", "--shapes", "static", "--inputs", "special",
+                                          "--work-dir", str(tmp_path), "--runner", str(build.runner),
+                                          "--op-lib", str(op_library)])
     assert result.exit_code == 0, result.output
     assert "bitwise parity matrix" in result.output
     assert "layer1 (native depthwise conv) changed" in result.output
@@ -133,6 +133,6 @@ def test_verify_matrix_cli_rejects_unknown_axes(build, tmp_path):
     only after the runner and the op library were found in this checkout's build."""
     from conftest import run_cli
 
-    result = run_cli("verify_matrix", "--dtypes", "int8", "--work-dir", tmp_path, cwd=tmp_path, build=build)
+    result = run_cli("aoti-deploy", "matrix", "--dtypes", "int8", "--work-dir", tmp_path, cwd=tmp_path, build=build)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "unknown dtype int8" in result.stderr and "not found" not in result.stderr

@@ -20,8 +20,8 @@ from conftest import PACKAGE_SHAPE, run_cli, run_cmd
 from test_user_models import scale_shift  # noqa: F401
 import aoti_deploy.bench.benchmark as benchmark_stage
 from aoti_deploy.compiler.cache import cache_key
-from aoti_deploy.cli.benchmark import app as benchmark_app
 from aoti_deploy.cli.export_compile import app as export_compile_app
+from aoti_deploy.cli.main import app as cli_app
 from aoti_deploy.cli.run_inference import app as run_inference_app
 from aoti_deploy.models.identity import IdentityModel
 from aoti_deploy.compiler.optimize import optimize_program
@@ -231,7 +231,8 @@ def test_runner_bench_options_are_checked(compiled_package, build, op_library, a
 # --- the benchmark command --------------------------------------------------------------
 
 def test_benchmark_tiny_run_writes_json_markdown_and_png(build, op_library, tmp_path):
-    result = runner.invoke(benchmark_app, [
+    result = runner.invoke(cli_app, [
+        "bench",
         "--sizes", "1x3x16x16", "--iterations", "0.02", "--bandwidth-mb", "2", "--no-signing", "--no-cold-start",
         "--no-compile-time", "--no-triton", "--cpu-targets", "x86-64-v2", "--output-dir", str(tmp_path),
         "--runner", str(build.runner), "--op-lib", str(op_library)])
@@ -283,7 +284,8 @@ def test_benchmark_refuses_a_package_that_failed_verification(compiled_package, 
     monkeypatch.setattr(benchmark_stage, "time_calls", lambda *args: pytest.fail("a failed package was timed"))
     name = "x".join(str(n) for n in PACKAGE_SHAPE)
     shutil.copy(compiled_package.path, tmp_path / f"model_{name}.pt2")
-    result = runner.invoke(benchmark_app, [
+    result = runner.invoke(cli_app, [
+        "bench",
         "--sizes", name, "--iterations", "0.01", "--repeats", "1", "--no-serving", "--bandwidth-mb", "0",
         "--no-onnx", "--no-signing", "--output-dir", str(tmp_path), "--runner", str(build.runner), "--op-lib",
         str(op_library)])
@@ -299,7 +301,7 @@ def test_benchmark_rejects_an_unknown_size(build, tmp_path):
     only after the runner and the op library were found in this checkout's build."""
     from conftest import run_cli
 
-    result = run_cli("benchmark", "--sizes", "huge", "--output-dir", tmp_path, cwd=tmp_path, build=build)
+    result = run_cli("aoti-deploy", "bench", "--sizes", "huge", "--output-dir", tmp_path, cwd=tmp_path, build=build)
     assert result.returncode == 2 and "unknown size 'huge'" in result.stderr, result.stdout + result.stderr
 
 
@@ -541,6 +543,7 @@ def test_benchmark_cpu_targets_option(build, tmp_path):
 
     assert _cpu_targets("none") == []
     assert _cpu_targets("x86-64-v2, x86-64-v2") == ["x86-64-v2"]
-    result = run_cli("benchmark", "--cpu-targets", "x86-64-v9", "--output-dir", tmp_path, cwd=tmp_path, build=build)
+    result = run_cli("aoti-deploy", "bench", "--cpu-targets", "x86-64-v9", "--output-dir", tmp_path, cwd=tmp_path,
+                     build=build)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "unknown target 'x86-64-v9'" in result.stdout + result.stderr

@@ -16,8 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import REPO_ROOT, Build, edit_spec, run_cmd
-from aoti_deploy.cli.compare_tensors import app as compare_tensors_app
 from aoti_deploy.cli.export_compile import app as export_compile_app
+from aoti_deploy.cli.main import app as cli_app
 from aoti_deploy.package.archive import read_package_spec
 from aoti_deploy.package.spec import BITWISE, CLOSE, Tolerance
 from aoti_deploy.runtime.tensor_files import load_tensors, save_tensors
@@ -205,19 +205,19 @@ def test_inspect_shows_the_recorded_rule_in_both(examples, compiled_package, bui
     identity = run_cmd(build.runner, compiled_package.path, "--inspect").stdout
     assert "eager check: bitwise" in identity, identity
     assert read_package_spec(compiled_package.path).eager_check == Tolerance(BITWISE)
-    python = run_cmd(Path(sys.executable).parent / "inspect_package", examples["resnet_cnn"].path, "--json")
+    python = run_cmd(Path(sys.executable).parent / "aoti-deploy", "inspect", examples["resnet_cnn"].path, "--json")
     assert json.loads(python.stdout)["eager_check"] == {"rule": "close", "max_ulp": 0, "rtol": None, "atol": None}
 
 
 def test_compare_tensors_takes_the_tolerance_options(examples, tmp_path):
     ref = examples["resnet_cnn"].reference
     runner = CliRunner()
-    bitwise = runner.invoke(compare_tensors_app, [str(ref / "expected.pt"), str(ref / "eager.pt")])
+    bitwise = runner.invoke(cli_app, ["compare", str(ref / "expected.pt"), str(ref / "eager.pt")])
     assert bitwise.exit_code == 1 and "compare: FAILED (bitwise" in bitwise.output, bitwise.output
-    close = runner.invoke(compare_tensors_app, [str(ref / "expected.pt"), str(ref / "eager.pt"), "--rtol", "1e-4",
+    close = runner.invoke(cli_app, ["compare", str(ref / "expected.pt"), str(ref / "eager.pt"), "--rtol", "1e-4",
                                                 "--atol", "1e-5"])
     assert close.exit_code == 0 and "compare: PASSED (NOT bit-identical, within rtol 0.0001, atol 1e-05" in close.output
-    ulp = runner.invoke(compare_tensors_app, [str(ref / "expected.pt"), str(ref / "eager.pt"), "--max-ulp", "1000000"])
+    ulp = runner.invoke(cli_app, ["compare", str(ref / "expected.pt"), str(ref / "eager.pt"), "--max-ulp", "1000000"])
     assert ulp.exit_code == 0, ulp.output
-    lone = runner.invoke(compare_tensors_app, [str(ref / "expected.pt"), str(ref / "eager.pt"), "--atol", "1"])
+    lone = runner.invoke(cli_app, ["compare", str(ref / "expected.pt"), str(ref / "eager.pt"), "--atol", "1"])
     assert lone.exit_code == 2 and "--rtol and --atol go together" in lone.output

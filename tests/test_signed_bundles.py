@@ -79,8 +79,8 @@ def signed(tmp_path_factory: pytest.TempPathFactory, build: Build, compiled_pack
            keys: Keys) -> Signed:
     folder = tmp_path_factory.mktemp("signed")
     bundle = folder / "bundle"
-    result = run_cli("bundle", compiled_package.path, "--output", bundle, "--sign-key", keys.private("signing"),
-                     cwd=folder, build=build)
+    result = run_cli("aoti-deploy", "bundle", compiled_package.path, "--output", bundle, "--sign-key",
+                     keys.private("signing"), cwd=folder, build=build)
     assert result.returncode == 0, result.stdout + result.stderr
     assert sorted(p.name for p in bundle.iterdir()) == ["libidentity_conv_ops.so", "model.pt2", "model.sig"]
     reference = folder / "reference.pt"
@@ -387,7 +387,7 @@ def test_inspect_shows_the_signature_and_each_files_digest(runtime: str, build: 
     if runtime == "cpp":
         result = run_cmd(build.runner, bundle, "--inspect")
     else:
-        result = run_cli("inspect_package", bundle, cwd=tmp_path, build=build)
+        result = run_cli("aoti-deploy", "inspect", bundle, cwd=tmp_path, build=build)
     assert result.returncode == 0, result.stdout + result.stderr
     hint = json.loads((bundle / "model.sig").read_text())["verificationMaterial"]["publicKey"]["hint"]
     package_digest = hashlib.sha256((bundle / "model.pt2").read_bytes()).hexdigest()
@@ -400,7 +400,7 @@ def test_inspect_shows_the_signature_and_each_files_digest(runtime: str, build: 
 
 def test_the_bundle_command_refuses_an_ed25519_signing_key(build: Build, compiled_package: CompiledPackage,
                                                           keys: Keys, tmp_path: Path) -> None:
-    result = run_cli("bundle", compiled_package.path, "--output", tmp_path / "bundle", "--sign-key",
+    result = run_cli("aoti-deploy", "bundle", compiled_package.path, "--output", tmp_path / "bundle", "--sign-key",
                      keys.private("ed25519"), cwd=tmp_path, build=build)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "EC" in result.stderr and "openssl ecparam" in result.stderr
@@ -438,8 +438,8 @@ def test_keys_on_every_nist_curve_and_in_any_pem_form_verify(runtime: str, build
     openssl("ec", "-in", tmp_path / "p521.pem", "-pubout", "-out", tmp_path / "p521.pub")
     openssl("ec", "-in", keys.private("signing"), "-pubout", "-conv_form", "compressed", "-out", tmp_path / "c.pub")
     bundle = copy_bundle(signed.bundle, tmp_path / "bundle")
-    result = run_cli("bundle", bundle, "--output", bundle, "--sign-key", tmp_path / "p521.pem", cwd=tmp_path,
-                     build=build)
+    result = run_cli("aoti-deploy", "bundle", bundle, "--output", bundle, "--sign-key", tmp_path / "p521.pem",
+                     cwd=tmp_path, build=build)
     assert result.returncode == 0, result.stdout + result.stderr
     for target, key in [(bundle, tmp_path / "p521.pub"), (signed.bundle, tmp_path / "c.pub")]:
         result = run_runtime(runtime, build, target, "--trusted-key", key, cwd=tmp_path)

@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import Build, CompiledPackage, edit_spec, run_cli, skip_or_fail_without_triton
+from aoti_deploy.cli.main import app as cli_app
 from aoti_deploy.errors import AotiDeployError, PackageError
 from aoti_deploy.package.archive import read_package_spec
 from aoti_deploy.package.spec import DimSpec, PackageSpec, TensorSpec
@@ -370,22 +371,21 @@ def test_trusted_key_without_signing_warns(compiled_package: CompiledPackage, op
     assert "the bundle is not signed, so the backend will refuse to load it" in warning
 
 
-# --- the triton_repository CLI -----------------------------------------------------------
+# --- aoti-deploy triton-repository -----------------------------------------------------
 
 
 def test_cli_writes_and_summarises(compiled_package: CompiledPackage, op_library: Path, tmp_path: Path):
-    from aoti_deploy.cli.triton_repository import app
 
     repository = tmp_path / "repository"
-    result = runner.invoke(app, [str(compiled_package.path), "--repository", str(repository),
-                                 "--op-lib", str(op_library), "--instances", "2"])
+    result = runner.invoke(cli_app, ["triton-repository", str(compiled_package.path), "--repository", str(repository),
+                                     "--op-lib", str(op_library), "--instances", "2"])
     assert result.exit_code == 0, result.output
     # The default name is the package file's stem.
     assert (repository / "model" / CONFIG_NAME).is_file() and (repository / "model" / "1" / "model.pt2").is_file()
     for words in ("Triton model model, version 1", "INPUT__0", "OUTPUT__0", "TYPE_FP32", "[2, 3, 8, 12]",
                   "max_batch_size: 0", "instances: 2 x KIND_CPU", "signed: no",
                   f"wrote {repository / 'model' / CONFIG_NAME}", "--model-repository", "--backend-directory",
-                  f"serve_triton --repository {repository} --model model"):
+                  f"aoti-deploy serve --repository {repository} --model model"):
         assert words in result.output, words
 
 
@@ -400,43 +400,42 @@ def test_cli_writes_and_summarises(compiled_package: CompiledPackage, op_library
     ],
 )
 def test_cli_bad_options_exit_2(compiled_package: CompiledPackage, tmp_path: Path, args, message):
-    from aoti_deploy.cli.triton_repository import app
 
-    result = runner.invoke(app, [str(compiled_package.path), "--repository", str(tmp_path / "r"), *args])
+    result = runner.invoke(cli_app, ["triton-repository", str(compiled_package.path), "--repository", str(tmp_path / "r"),
+                                     *args])
     assert result.exit_code == 2
     assert message in result.output
     assert not (tmp_path / "r").exists()
 
 
 def test_cli_bad_package_exit_2(tmp_path: Path):
-    from aoti_deploy.cli.triton_repository import app
 
-    result = runner.invoke(app, [str(tmp_path / "missing.pt2"), "--repository", str(tmp_path / "r")])
+    result = runner.invoke(cli_app, ["triton-repository", str(tmp_path / "missing.pt2"), "--repository",
+                                     str(tmp_path / "r")])
     assert result.exit_code == 2
     assert "error: package not found" in result.output
     empty = tmp_path / "empty.pt2"
     empty.write_bytes(b"")
-    result = runner.invoke(app, [str(empty), "--repository", str(tmp_path / "r")])
+    result = runner.invoke(cli_app, ["triton-repository", str(empty), "--repository", str(tmp_path / "r")])
     assert result.exit_code == 2 and "package is empty" in result.output
 
 
-# --- serve_triton without a server --------------------------------------------------------
+# --- aoti-deploy serve without a server ------------------------------------------------
 
 
 def test_serve_triton_usage_errors_exit_2(compiled_package: CompiledPackage, op_library: Path, tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch):
     pytest.importorskip("tritonclient.grpc", reason="needs the triton extra")
-    from aoti_deploy.cli.serve_triton import app
 
-    result = runner.invoke(app, ["--repository", str(tmp_path / "none")])
+    result = runner.invoke(cli_app, ["serve", "--repository", str(tmp_path / "none")])
     assert result.exit_code == 2 and "model repository not found" in result.output
     repository = tmp_path / "repository"
     write_repository(compiled_package.path, repository, name="demo", op_libraries=[op_library])
-    result = runner.invoke(app, ["--repository", str(repository), "--model", "other"])
+    result = runner.invoke(cli_app, ["serve", "--repository", str(repository), "--model", "other"])
     assert result.exit_code == 2 and "no model 'other'" in result.output
     # A build folder with no backend in it: the message says how to build one.
     monkeypatch.setenv("AOTI_DEPLOY_BUILD_DIR", str(tmp_path / "build"))
-    result = runner.invoke(app, ["--repository", str(repository)])
+    result = runner.invoke(cli_app, ["serve", "--repository", str(repository)])
     assert result.exit_code == 2
     assert "Triton backend not found" in result.output and "./scripts/setup.sh" in result.output
 
@@ -529,13 +528,13 @@ def test_a_server_that_exits_fails_fast_with_its_log(tmp_path: Path):
 @pytest.mark.triton
 def test_serve_triton_checks_a_repository_end_to_end(compiled_package: CompiledPackage, build: Build,
                                                       tmp_path: Path):
-    """serve_triton as a user runs it (a subprocess: it loads the bundle's op library for
+    """aoti-deploy serve as a user runs it (a subprocess: it loads the bundle's op library for
     its Python reference): the suite's package served and bit-checked, then stopped; a
     model that cannot load is exit 2 with Triton's reason."""
     tritonserver_module()
     repository = tmp_path / "repository"
     write_repository(compiled_package.path, repository, name="demo", op_libraries=[build.op_library])
-    result = run_cli("serve_triton", "--repository", repository, "--requests", "2",
+    result = run_cli("aoti-deploy", "serve", "--repository", repository, "--requests", "2",
                      "--log-file", tmp_path / "server.log", cwd=tmp_path, build=build)
     assert result.returncode == 0, result.stdout + result.stderr
     for words in ("http demo random seed 1 [2, 3, 8, 12] vs inputs: output[0] identical",
@@ -546,7 +545,7 @@ def test_serve_triton_checks_a_repository_end_to_end(compiled_package: CompiledP
     assert stopped and not Path(f"/proc/{stopped.group(1)}").exists(), result.stdout
 
     (repository / "demo" / "1" / "libidentity_conv_ops.so").unlink()
-    result = run_cli("serve_triton", "--repository", repository, "--log-file", tmp_path / "server.log",
+    result = run_cli("aoti-deploy", "serve", "--repository", repository, "--log-file", tmp_path / "server.log",
                      cwd=tmp_path, build=build)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "error: model demo (version 1) did not load: " in result.stderr

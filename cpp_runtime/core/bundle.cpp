@@ -207,7 +207,7 @@ OpenedModel open_model(const std::string& path, const TrustPolicy& policy) {
                              ? std::string("--require-signature is set")
                              : "a trusted key is set (" + policy.source + ")";
         throw RunnerError(path + " is a bare package, and " + why +
-                              ", so only a signed bundle may run. Make one: bundle " + path +
+                              ", so only a signed bundle may run. Make one: aoti-deploy bundle " + path +
                               " --output DIR --sign-key KEY.pem",
                           "unsigned");
       }
@@ -224,7 +224,7 @@ OpenedModel open_model(const std::string& path, const TrustPolicy& policy) {
     if (policy.require_signature) {
       if (!layout.is_signed) {
         throw RunnerError(path + " is not signed (no model.sig), and --require-signature is set, so "
-                                 "it is refused. Sign it: bundle " + path + " --output " + path +
+                                 "it is refused. Sign it: aoti-deploy bundle " + path + " --output " + path +
                               " --sign-key KEY.pem",
                           "unsigned");
       }
@@ -244,7 +244,7 @@ OpenedModel open_model(const std::string& path, const TrustPolicy& policy) {
   }
   if (!layout.is_signed) {
     throw RunnerError(path + " is not signed (no model.sig), and a trusted key is set (" +
-                          policy.source + "), so it is refused. Sign it: bundle " + path +
+                          policy.source + "), so it is refused. Sign it: aoti-deploy bundle " + path +
                           " --output " + path + " --sign-key KEY.pem",
                       "unsigned");
   }

@@ -129,7 +129,7 @@ PackageSpec spec_from_metadata(const std::map<std::string, std::string>& metadat
                                const std::string& path);
 
 // The facts --inspect prints, as ordered (name, value) rows (the same rows as
-// inspect_package).
+// aoti-deploy inspect).
 std::vector<std::pair<std::string, std::string>> describe_package(const PackageSpec& spec);
 
 std::string format_shape(const TensorSpec& spec);

@@ -38,7 +38,7 @@ constexpr std::uintmax_t kMaxSignatureBytes = 16u << 20;
   message.append(": malformed signature: ").append(detail);
   message.append(
       ". Expected an OpenSSF Model Signing signature (a Sigstore bundle JSON); sign the bundle "
-      "again (bundle PACKAGE --output DIR --sign-key KEY.pem)");
+      "again (aoti-deploy bundle PACKAGE --output DIR --sign-key KEY.pem)");
   throw RunnerError(message, "malformed_signature");
 }
 

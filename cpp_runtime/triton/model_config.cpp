@@ -114,7 +114,7 @@ std::vector<const ConfigTensor*> by_index(const std::vector<ConfigTensor>& entri
       throw RunnerError("config.pbtxt: " + std::string(what) + " '" + entry.name +
                         "' is not one of the package's: it has " + std::to_string(count) + " " + what +
                         "(s), named " + tensor_names(prefix, count) +
-                        ". Write the config with triton_repository.");
+                        ". Write the config with aoti-deploy triton-repository.");
     }
     if (found[index] != nullptr) {
       throw RunnerError("config.pbtxt: " + std::string(what) + " '" + entry.name + "' is listed twice.");
@@ -298,7 +298,8 @@ void check_config_against_spec(const ModelConfig& config, const aoti_runner::Pac
   if (config.inputs.size() != spec.inputs.size()) {
     throw RunnerError("config.pbtxt lists " + std::to_string(config.inputs.size()) +
                       " input(s), but the package takes " + std::to_string(spec.inputs.size()) + " (" +
-                      tensor_names(kInputPrefix, spec.inputs.size()) + "). Write the config with triton_repository.");
+                      tensor_names(kInputPrefix, spec.inputs.size()) +
+                      "). Write the config with aoti-deploy triton-repository.");
   }
   const auto inputs = by_index(config.inputs, kInputPrefix, spec.inputs.size(), "input");
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
@@ -316,8 +317,8 @@ void check_config_against_spec(const ModelConfig& config, const aoti_runner::Pac
     const auto refuse = [&](const std::string& why) {
       throw RunnerError("config.pbtxt: max_batch_size " + std::to_string(config.max_batch_size) +
                         " needs a batch dim, but " + why +
-                        ". Set max_batch_size: 0 with the full shapes (triton_repository decides this from "
-                        "the spec).");
+                        ". Set max_batch_size: 0 with the full shapes (aoti-deploy triton-repository decides "
+                        "this from the spec).");
     };
     if (spec.inputs.empty()) {
       refuse("the package takes no inputs");
@@ -376,7 +377,7 @@ void check_config_against_spec(const ModelConfig& config, const aoti_runner::Pac
     if (config.outputs.size() != spec.outputs.size()) {
       throw RunnerError("config.pbtxt lists " + std::to_string(config.outputs.size()) +
                         " output(s), but the package returns " + std::to_string(spec.outputs.size()) +
-                        ". Write the config with triton_repository.");
+                        ". Write the config with aoti-deploy triton-repository.");
     }
     const auto outputs = by_index(config.outputs, kOutputPrefix, spec.outputs.size(), "output");
     for (size_t i = 0; i < spec.outputs.size(); ++i) {

@@ -4,7 +4,7 @@ that exist before timing, measured inside the C++ runner with the package's thre
 settings, so no interpreter overhead flatters it). Also the op kernel's bandwidth
 against ``clone()``, and the C++ runner's throughput from one and from two serving
 threads, and the same package served by Triton (bench/triton.py). Stage functions
-only: the ``benchmark`` CLI prints, tables and plots."""
+only: ``aoti-deploy bench`` prints, tables and plots."""
 
 from __future__ import annotations
 

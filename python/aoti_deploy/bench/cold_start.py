@@ -1,7 +1,7 @@
 """The cold-start section of the benchmark: whole-process wall time, from process
 start to exit after the first verified output, and peak RSS of the C++ runner and
 of run_inference on the demo package, and of run_inference --help. Stage functions
-only: the ``benchmark`` CLI prints."""
+only: ``aoti-deploy bench`` prints."""
 
 from __future__ import annotations
 

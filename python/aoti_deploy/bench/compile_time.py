@@ -1,7 +1,7 @@
 """The compile-time section of the benchmark: a cold export_compile of the demo model,
 stage by stage, against what a user would write by hand (torch.export.export, then
 torch._inductor.aoti_compile_and_package), and a warm export_compile (a cache hit),
-all measured in one run. Stage functions only: the ``benchmark`` CLI prints.
+all measured in one run. Stage functions only: ``aoti-deploy bench`` prints.
 
 Each cold run is its own process with its own Inductor cache folder, copied from one
 in which Inductor has already probed the host's vector ISAs: "cold" is cold for this

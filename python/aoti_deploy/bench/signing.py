@@ -1,7 +1,7 @@
 """The signed-bundle section of the benchmark: what verifying a bundle costs, for the
 demo bundle and a large one (a 64 MB weight), in both runtimes, and what it adds to
 the C++ runner's cold start (process start to first output), measured in one run.
-Stage functions only: the ``benchmark`` CLI prints."""
+Stage functions only: ``aoti-deploy bench`` prints."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 backend in one tritonserver, against the in-process C++ runner measured in the same run.
 Client latency over HTTP and gRPC, the server's own time per request by phase (from its
 statistics), and throughput from 1 to 16 gRPC clients with and without dynamic batching.
-Stage functions only: the ``benchmark`` CLI prints."""
+Stage functions only: ``aoti-deploy bench`` prints."""
 
 from __future__ import annotations
 

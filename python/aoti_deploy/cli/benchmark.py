@@ -1,4 +1,4 @@
-"""benchmark: every runtime of the IdentityModel at several sizes in one run, with
+"""aoti-deploy bench: every runtime of the IdentityModel at several sizes in one run, with
 ratios to the memory floor; writes a table, JSON, Markdown and a PNG plot."""
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ app = typer.Typer(add_completion=False, rich_markup_mode="rich")
 
 
 @app.command(
+    "bench",
+    short_help="Benchmark every runtime of the IdentityModel, against the memory floor.",
     help=(
         "Benchmark the IdentityModel at several sizes, in one run: eager, torch.compile, the "
         "AOTI package from Python and from C++ (timed inside the C++ runner, whose allocator "
@@ -254,6 +256,3 @@ def _cpu_targets(text: str) -> list[str]:
         check_cpu_target(name)
     return names
 
-
-def main() -> None:
-    app()

@@ -1,4 +1,4 @@
-"""bundle: write a deploy bundle from a package (or from another bundle): model.pt2,
+"""aoti-deploy bundle: write a deploy bundle from a package (or from another bundle): model.pt2,
 exactly the op libraries it records and, with --sign-key, an OpenSSF Model Signing
 signature (model.sig) that both runners verify with --trusted-key."""
 
@@ -22,6 +22,8 @@ def _size(size: int) -> str:
 
 
 @app.command(
+    "bundle",
+    short_help="Write a deploy bundle (model.pt2 and its op libraries), signed with --sign-key.",
     help=escape(
         "Write a deploy bundle: a folder holding model.pt2, exactly the op libraries the package "
         "records (copied), and, with --sign-key, model.sig, an OpenSSF Model Signing signature "
@@ -95,6 +97,3 @@ def bundle(
         )
     console.print(f"wrote bundle {written}")
 
-
-def main() -> None:
-    app()

@@ -1,4 +1,4 @@
-"""compare_tensors: compare two tensor files, bit-for-bit by default (e.g. the
+"""aoti-deploy compare: compare two tensor files, bit-for-bit by default (e.g. the
 Python and the C++ runtime's outputs), or under a tolerance (e.g. a package's
 outputs against eager's)."""
 
@@ -18,6 +18,8 @@ app = typer.Typer(add_completion=False, rich_markup_mode="rich")
 
 
 @app.command(
+    "compare",
+    short_help="Compare two tensor files, bit for bit or under a tolerance.",
     help=(
         "Compare two tensor files (lists of tensors written by torch.save or a runner's "
         "--outputs): bit-for-bit by default, or under --max-ulp N or --rtol R --atol A "
@@ -49,6 +51,3 @@ def compare_tensors(
     if not print_check("compare", comparisons):
         raise typer.Exit(EXIT_MISMATCH)
 
-
-def main() -> None:
-    app()

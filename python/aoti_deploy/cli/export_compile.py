@@ -105,6 +105,8 @@ IDENTITY_PANEL = "Built-in IdentityModel (the default)"
 
 
 @app.command(
+    "export",
+    short_help="Export a model, compile it with AOTInductor into a .pt2 package, and check it against eager.",
     help=(
         "Export a model with torch.export, compile it with AOTInductor into a .pt2 package, "
         "and check the package's outputs against eager's. Compiled code may round differently "
@@ -309,7 +311,7 @@ def export_compile(
         Optional[Path],
         typer.Option(
             help="Also write a deploy bundle to this folder once the package is written and verified: "
-            "model.pt2 and the op libraries it records (see the bundle command).",
+            "model.pt2 and the op libraries it records (see aoti-deploy bundle).",
             rich_help_panel=BUNDLE_PANEL,
             show_default=False,
         ),

@@ -1,4 +1,4 @@
-"""inspect_package: print what an AOTI package written by export_compile records,
+"""aoti-deploy inspect: print what an AOTI package written by export_compile records,
 without loading it: inputs and outputs (with dynamic ranges), device, required ops and classes,
 torch version and the compile host's CPU ISA; for a deploy bundle, also its signature
 and each file's digest against the signed one."""
@@ -21,6 +21,8 @@ app = typer.Typer(add_completion=False)
 
 
 @app.command(
+    "inspect",
+    short_help="Print what a package or a bundle records, without loading it.",
     help=(
         "Print what a package records: its inputs and outputs (dims, dynamic ranges, dtype), device, "
         "the custom ops and torchbind classes it needs, the op libraries that provide "
@@ -78,6 +80,3 @@ def inspect_package(
         table.add_row(name, value)
     console.print(table)
 
-
-def main() -> None:
-    app()

@@ -6,10 +6,6 @@ for identity models, against the inputs."""
 
 from __future__ import annotations
 
-import ctypes
-import logging
-import os
-import sys
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, List, NoReturn, Optional
@@ -27,6 +23,7 @@ from .common import (
     console,
     exit_with,
     print_check,
+    run_without_teardown,
     tolerance_override,
     verdict,
 )
@@ -35,6 +32,8 @@ app = typer.Typer(add_completion=False, rich_markup_mode="rich")
 
 
 @app.command(
+    "run",
+    short_help="Run a package, a bundle or an .onnx file from Python, and check its outputs.",
     help=(
         "Run an AOTI package (.pt2) or an ONNX file (.onnx, in onnxruntime; needs the ONNX extra) "
         "written by export_compile from Python and check its outputs. Two checks, each named in "
@@ -48,7 +47,7 @@ app = typer.Typer(add_completion=False, rich_markup_mode="rich")
         "Op libraries are loaded in order before the package: the positional ones, then "
         "each --op-lib. Inputs are checked against the shapes, dtype and device the package "
         "records before anything runs.\n\n"
-        "MODEL_PATH may be a deploy bundle (a folder written by the bundle command or export_compile "
+        "MODEL_PATH may be a deploy bundle (a folder written by aoti-deploy bundle or export_compile "
         "--bundle): its op libraries are loaded from it, in the order the package records them, and "
         "no others may be given. With a trusted key (--trusted-key PUB.pem, else "
         "$AOTI_DEPLOY_TRUSTED_KEY) only a signed bundle runs: it is copied into a private folder, "
@@ -226,25 +225,6 @@ def run_inference(
 
 
 def main() -> NoReturn:
-    """The console script. Once the command is done (its outputs written, the bundle
-    copy and the loader's extracted files removed by its ExitStack), the process ends
-    without Python's teardown, which would unload torch module by module and run its
-    static destructors: 0.4 s on the demo package here, for nothing. In-process
-    callers (tests) use ``app``."""
-    try:
-        app()
-        code: object = 0
-    except SystemExit as done:
-        code = done.code
-    if code is not None and not isinstance(code, int):
-        print(code, file=sys.stderr)  # what SystemExit does with a message
-        code = 1
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe: nothing left to deliver
-            pass
-    logging.shutdown()
-    # C stdio too (an op library's printf into a pipe), as the C++ runner's fflush(nullptr).
-    ctypes.CDLL(None).fflush(None)
-    os._exit(code or 0)
+    """The console script: the command, then the process ends without Python's
+    teardown (see ``run_without_teardown``). In-process callers (tests) use ``app``."""
+    run_without_teardown(app)

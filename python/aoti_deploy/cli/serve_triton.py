@@ -1,4 +1,4 @@
-"""serve_triton: start tritonserver on a model repository with this project's `aoti`
+"""aoti-deploy serve: start tritonserver on a model repository with this project's `aoti`
 backend, send each model requests over HTTP and gRPC, and check every output bit for
 bit; then stop the server, or with --keep leave it serving."""
 
@@ -31,10 +31,12 @@ def _check_line(check) -> Text:
 
 
 @app.command(
+    "serve",
+    short_help="Serve a Triton model repository with the aoti backend, and check every output bit for bit.",
     help=escape(
-        "Serve a Triton model repository (written by triton_repository) with this project's aoti backend and "
-        "check it: tritonserver (from the triton extra: pip install -e '.[triton]') starts on free 127.0.0.1 "
-        "ports with the backend directory of this checkout's build (backends/aoti/libtriton_aoti.so, built by "
+        "Serve a Triton model repository (written by aoti-deploy triton-repository) with this project's "
+        "aoti backend and check it: tritonserver (from the triton extra: pip install -e '.[triton]') starts "
+        "on free 127.0.0.1 ports with the backend directory of this checkout's build (backends/aoti/libtriton_aoti.so, built by "
         "./scripts/setup.sh), then each model gets --requests seeded random inputs at its package's example "
         "shapes, plus one of special values (NaN payloads, -0.0, infinities, subnormals) for float inputs, "
         "over HTTP and over gRPC, sent concurrently so the dynamic batcher can merge them. Each output is "
@@ -42,7 +44,7 @@ def _check_line(check) -> Text:
         "runtime's outputs for the same inputs (any other package, and special values, which native layers may "
         "change, e.g. by quieting a signalling NaN). Then the server is stopped by its PID, unless --keep.\n\n"
         "Example:\n\n"
-        "  serve_triton --repository artifacts/triton_repository --model identity_conv --keep\n\n"
+        "  aoti-deploy serve --repository artifacts/triton_repository --model identity_conv --keep\n\n"
         "Exit codes: 0 every output identical, 1 some differ, 2 usage error, a request failed, or the server "
         "or a model failed to start or load (the reason and the end of the server log are printed)."
     )
@@ -132,6 +134,3 @@ def serve_triton(
     if not passed:
         raise typer.Exit(EXIT_MISMATCH)
 
-
-def main() -> None:
-    app()

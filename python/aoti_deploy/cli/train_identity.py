@@ -1,4 +1,4 @@
-"""train_identity: train the IdentityModel's conv weights through the custom layers
+"""aoti-deploy train: train the IdentityModel's conv weights through the custom layers
 in Python, then export and compile the trained model and check the package against
 eager in both runtimes: one op library serving training and C++ inference."""
 
@@ -23,6 +23,8 @@ app = typer.Typer(add_completion=False)
 
 
 @app.command(
+    "train",
+    short_help="Train the IdentityModel's conv weights through the custom layers, then deploy and check it.",
     help=(
         "Train the IdentityModel's two native conv weights so the model scales each channel "
         "by --scale, with gradients through the torchbind class and the custom op. Then export "
@@ -73,6 +75,3 @@ def train_identity(
     if not print_check("compiled vs eager", comparisons):
         raise typer.Exit(EXIT_MISMATCH)
 
-
-def main() -> None:
-    app()

@@ -1,4 +1,4 @@
-"""triton_repository: write a package into a Triton model repository for this
+"""aoti-deploy triton-repository: write a package into a Triton model repository for this
 project's `aoti` backend: <repository>/<name>/config.pbtxt and the version folder, a
 deploy bundle (signed with --sign-key, verified by the backend with --trusted-key)."""
 
@@ -37,6 +37,8 @@ def _serve_command(repository: Path) -> str:
 
 
 @app.command(
+    "triton-repository",
+    short_help="Write a package into a Triton model repository for the aoti backend.",
     help=escape(
         "Write a package (or a deploy bundle) into a Triton Inference Server model repository for this "
         "project's aoti backend: REPOSITORY/NAME/VERSION/ is a deploy bundle (model.pt2, the op libraries it "
@@ -48,10 +50,12 @@ def _serve_command(repository: Path) -> str:
         "shapes (-1 for a dynamic size). Packages with Python-only ops cannot be served (the backend has no "
         "Python).\n\n"
         "Example:\n\n"
-        "  triton_repository artifacts/model.pt2 --repository artifacts/triton_repository --name identity_conv\n\n"
-        "  serve_triton --repository artifacts/triton_repository\n\n"
-        "Signed, and verified by the backend before it loads (see bundle --help for the keys):\n\n"
-        "  triton_repository artifacts/model.pt2 --repository repo --sign-key key.pem --trusted-key key.pub\n\n"
+        "  aoti-deploy triton-repository artifacts/model.pt2 --repository artifacts/triton_repository "
+        "--name identity_conv\n\n"
+        "  aoti-deploy serve --repository artifacts/triton_repository\n\n"
+        "Signed, and verified by the backend before it loads (see aoti-deploy bundle --help for the keys):\n\n"
+        "  aoti-deploy triton-repository artifacts/model.pt2 --repository repo --sign-key key.pem "
+        "--trusted-key key.pub\n\n"
         "Exit codes: 0 written, 2 usage, package, library, key or signing error (nothing is written then)."
     )
 )
@@ -162,8 +166,5 @@ def triton_repository(
     console.print("serve it:")
     console.print(f"  {_serve_command(written.repository)}")
     console.print("or start it and check every output bit for bit:")
-    console.print(f"  serve_triton --repository {shlex.quote(str(written.repository))} --model {written.name}")
+    console.print(f"  aoti-deploy serve --repository {shlex.quote(str(written.repository))} --model {written.name}")
 
-
-def main() -> None:
-    app()

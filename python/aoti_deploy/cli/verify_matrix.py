@@ -1,4 +1,4 @@
-"""verify_matrix: the same bits in every runtime. Compiles one package per dtype
+"""aoti-deploy matrix: the same bits in every runtime. Compiles one package per dtype
 and shape mode, then compares eager, torch.compile, the package in Python and the
 package in C++ on random and special-value inputs."""
 
@@ -26,6 +26,8 @@ def _split(value: str) -> tuple[str, ...]:
 
 
 @app.command(
+    "matrix",
+    short_help="The same bits in every runtime: eager, torch.compile, the package in Python and in C++.",
     help=(
         "Compare eager, torch.compile, the AOTI package in Python and the AOTI package in "
         "C++ bit-for-bit, over dtypes x static/dynamic shapes x random/special-value "
@@ -108,6 +110,3 @@ def verify_matrix(
     if not passed:
         raise typer.Exit(EXIT_MISMATCH)
 
-
-def main() -> None:
-    app()

@@ -280,7 +280,7 @@ class _Envelope(NamedTuple):
 def _malformed(shown: str | Path, detail: str) -> PackageError:
     return PackageError(
         f"{shown}: malformed signature: {detail}. Expected an OpenSSF Model Signing signature (a Sigstore "
-        "bundle JSON); sign the bundle again (bundle PACKAGE --output DIR --sign-key KEY.pem)",
+        "bundle JSON); sign the bundle again (aoti-deploy bundle PACKAGE --output DIR --sign-key KEY.pem)",
         kind="malformed_signature",
     )
 

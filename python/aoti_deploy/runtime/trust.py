@@ -149,7 +149,7 @@ def open_model(path: str | os.PathLike[str], policy: TrustPolicy) -> OpenedModel
         if strict and path.exists():
             raise PackageError(
                 f"{path} is a bare package, and {policy.why}, so only a signed bundle may run. Make one: "
-                f"bundle {path} --output DIR --sign-key KEY.pem",
+                f"aoti-deploy bundle {path} --output DIR --sign-key KEY.pem",
                 kind="unsigned",
             )
         return OpenedModel(origin=path, package=path, op_libraries=[], spec=_read_bare_spec(path))
@@ -160,7 +160,7 @@ def open_model(path: str | os.PathLike[str], policy: TrustPolicy) -> OpenedModel
     if strict and not layout.signed:
         raise PackageError(
             f"{path} is not signed (no {SIGNATURE_NAME}), and {policy.why}, so it is refused. Sign it: "
-            f"bundle {path} --output {path} --sign-key KEY.pem",
+            f"aoti-deploy bundle {path} --output {path} --sign-key KEY.pem",
             kind="unsigned",
         )
     if policy.trusted_key is None:

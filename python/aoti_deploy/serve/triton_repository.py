@@ -2,7 +2,7 @@
 the `aoti` backend, and ``<repository>/<name>/<version>/``, a deploy bundle
 (package/bundle.py) that the backend loads with the runners' trust policy. The
 config's names, types and batching come from the package's spec alone. Also reads a
-repository back, for serve_triton."""
+repository back, for aoti-deploy serve."""
 
 from __future__ import annotations
 
@@ -521,7 +521,7 @@ def read_repository(repository: str | os.PathLike[str], names: Sequence[str] = (
 
     repository = Path(repository)
     if not repository.is_dir():
-        raise _usage(f"model repository not found: {repository} (write one with triton_repository)")
+        raise _usage(f"model repository not found: {repository} (write one with aoti-deploy triton-repository)")
     if names:
         for name in names:
             if not (repository / check_model_name(name) / CONFIG_NAME).is_file():
@@ -530,7 +530,8 @@ def read_repository(repository: str | os.PathLike[str], names: Sequence[str] = (
     else:
         chosen = sorted(p.name for p in repository.iterdir() if (p / CONFIG_NAME).is_file())
         if not chosen:
-            raise _usage(f"{repository} holds no model (no <name>/{CONFIG_NAME}); write one with triton_repository")
+            raise _usage(f"{repository} holds no model (no <name>/{CONFIG_NAME}); write one with "
+                         "aoti-deploy triton-repository")
     models = []
     for name in chosen:
         model_dir = repository / name

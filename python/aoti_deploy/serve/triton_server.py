@@ -1,6 +1,6 @@
 """A tritonserver process (pytriton's bundled server, the triton extra) on loopback
 ports with this project's backend directory, the client calls that talk to it
-(tritonclient, HTTP or gRPC, binary tensors), and the check serve_triton runs: the
+(tritonclient, HTTP or gRPC, binary tensors), and the check aoti-deploy serve runs: the
 served model's outputs against the inputs (an identity) or the Python runtime's."""
 
 from __future__ import annotations
@@ -468,7 +468,7 @@ def infer(url_or_client: Any, protocol: str, model: str, inputs: Sequence[torch.
             client.close()
 
 
-# --- The check serve_triton runs --------------------------------------------------------
+# --- The check aoti-deploy serve runs ---------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -494,7 +494,7 @@ class RequestSet(NamedTuple):
 
 
 def request_inputs(model: ServedModel, requests: int) -> list[RequestSet]:
-    """The inputs serve_triton sends: ``requests`` seeded random sets at the package's
+    """The inputs aoti-deploy serve sends: ``requests`` seeded random sets at the package's
     example shapes, and, when every input is floating point with room for them, one
     set of special values (NaN payloads, -0.0, infinities, subnormals)."""
     import torch
