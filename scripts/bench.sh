@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up (scripts/setup.sh), then runs the benchmark suite: every runtime of the
 # IdentityModel at three sizes against the 4-copy memory floor, the op kernel's
-# bandwidth, and C++ serving from 1 and 2 threads. Extra arguments go to `benchmark`
-# (e.g. --iterations 0.1 for a quicker run). Writes artifacts/bench/bench.{json,md,png}.
+# bandwidth, and C++ serving from 1 and 2 threads. Extra arguments go to `aoti-deploy
+# bench` (e.g. --iterations 0.1 for a quicker run). Writes artifacts/bench/bench.{json,md,png}.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -13,4 +13,4 @@ BUILD_DIR="$(abs_path "${BUILD_DIR:-$ROOT/build}")"
 
 printf '\n==> benchmark\n'
 cd "$ROOT"
-"$VENV/bin/benchmark" --runner "$BUILD_DIR/aoti_runner" --op-lib "$BUILD_DIR/libidentity_conv_ops.so" "$@"
+"$VENV/bin/aoti-deploy" bench --runner "$BUILD_DIR/aoti_runner" --op-lib "$BUILD_DIR/libidentity_conv_ops.so" "$@"

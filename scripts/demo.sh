@@ -42,7 +42,7 @@ cpp_rc=$?
 step "Python output vs C++ output"
 cross_rc=1
 if [[ $python_rc -eq 0 && $cpp_rc -eq 0 ]]; then
-  "$VENV/bin/compare_tensors" artifacts/demo_output_cpp.pt artifacts/demo_output_python.pt
+  "$VENV/bin/aoti-deploy" compare artifacts/demo_output_cpp.pt artifacts/demo_output_python.pt
   cross_rc=$?
 else
   echo "skipped: a runtime failed"
@@ -58,7 +58,7 @@ if [[ $python_rc -eq 0 ]]; then
   mkdir -p "$KEYS" && chmod 700 "$KEYS"
   openssl ecparam -name prime256v1 -genkey -noout -out "$KEYS/demo_signing.pem" \
     && openssl ec -in "$KEYS/demo_signing.pem" -pubout -out "$KEYS/demo_signing.pub" 2>/dev/null \
-    && "$VENV/bin/bundle" artifacts/model.pt2 --output artifacts/bundle --op-lib "$LIB" \
+    && "$VENV/bin/aoti-deploy" bundle artifacts/model.pt2 --output artifacts/bundle --op-lib "$LIB" \
          --sign-key "$KEYS/demo_signing.pem" \
     && "$VENV/bin/run_inference" artifacts/bundle --trusted-key "$KEYS/demo_signing.pub" \
          --inputs artifacts/demo_input.pt --expected artifacts/demo_output_python.pt \

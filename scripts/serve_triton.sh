@@ -4,9 +4,9 @@
 # triton extra and builds build/backends/aoti/libtriton_aoti.so), export and compile
 # artifacts/model.pt2 as scripts/demo.sh does, write it into the model repository
 # artifacts/triton_repository as the model identity_conv, then start tritonserver on free
-# loopback ports and check its outputs bit for bit over HTTP and gRPC (serve_triton).
+# loopback ports and check its outputs bit for bit over HTTP and gRPC (aoti-deploy serve).
 # Usage: scripts/serve_triton.sh [--keep]   (--keep leaves the server running and prints
-# how to stop it). Exits with serve_triton's code: 0 passed, 1 bits differ, 2 error.
+# how to stop it). Exits with aoti-deploy serve's code: 0 passed, 1 bits differ, 2 error.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,8 +35,8 @@ step "export + AOTI compile -> artifacts/model.pt2"
 "$VENV/bin/export_compile" --output artifacts/model.pt2 --op-lib "$LIB" || exit $?
 
 step "model repository: artifacts/triton_repository/identity_conv (config.pbtxt, version 1 bundle)"
-"$VENV/bin/triton_repository" artifacts/model.pt2 --repository artifacts/triton_repository \
+"$VENV/bin/aoti-deploy" triton-repository artifacts/model.pt2 --repository artifacts/triton_repository \
   --name identity_conv --op-lib "$LIB" || exit $?
 
 step "tritonserver with the aoti backend: requests over HTTP and gRPC, outputs checked bit for bit"
-"$VENV/bin/serve_triton" --repository artifacts/triton_repository --model identity_conv "${KEEP[@]}"
+"$VENV/bin/aoti-deploy" serve --repository artifacts/triton_repository --model identity_conv "${KEEP[@]}"
