@@ -44,6 +44,10 @@ if [[ "$have_base" != "$base" || ${#needed[@]} -gt 0 ]]; then
   step "installing $TORCH_SPEC"
   "${PIP[@]}" install --quiet "$TORCH_SPEC"
   step "installing the aoti-deploy package (editable) with extras $EXTRAS"
+  # A venv made before the rename holds the old distribution, whose console scripts
+  # (bundle, benchmark, ...) would outlive it. Remove it first: it owns export_compile
+  # and run_inference too, so removing it later would take the new ones with it.
+  "${PIP[@]}" uninstall --quiet --yes identity-conv 2>/dev/null || true
   # No build isolation is needed: the backend is setuptools, and torch is already in
   # the venv, so pip does not fetch a second torch for the build.
   "${PIP[@]}" install --quiet -e "$ROOT[$EXTRAS]"
