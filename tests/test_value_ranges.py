@@ -88,7 +88,7 @@ def test_both_inspections_show_the_ranges(lookup_package: UserPackage, build: Bu
     assert cpp_rows == read_package_spec(lookup_package.path).describe()
     assert cpp_rows[:2] == [("input[0]", "[1..8, 64] int64"), ("input[0] values", "0..999 (embedding rows 0..999)")]
     assert ("input[3] values", f"-9..8 ({SLOTS.why})") in cpp_rows
-    py = run_cli("inspect_package", lookup_package.path, "--json", cwd=tmp_path, build=build)
+    py = run_cli("aoti-deploy", "inspect", lookup_package.path, "--json", cwd=tmp_path, build=build)
     assert py.returncode == 0, py.stderr
     assert '"why": "embedding rows 0..999"' in py.stdout
 

@@ -662,7 +662,7 @@ std::vector<std::pair<std::string, std::string>> describe_package(const PackageS
     }
   };
   tensor_rows("input", spec.inputs);
-  // Each input's value range under its row, as inspect_package shows it.
+  // Each input's value range under its row, as aoti-deploy inspect shows it.
   for (size_t i = spec.inputs.size(); i-- > 0;) {
     if (const auto& values = spec.inputs[i].values) {
       rows.insert(rows.begin() + static_cast<std::ptrdiff_t>(i + 1),
