@@ -29,7 +29,7 @@ from ..compiler.pipeline import (
     export_and_compile,
 )
 from ..verify.tolerance import FAILED, list_verdict, verdict_line
-from .parsing import parse_dynamic_dim, parse_input_values, parse_model_args, parse_shape
+from .parsing import parse_dynamic_dim, parse_inductor_configs, parse_input_values, parse_model_args, parse_shape
 from .common import (
     AtolOption,
     BitwiseOption,
@@ -196,6 +196,14 @@ def export_compile(
         ),
     ] = None,
     fake_module: FakeModuleOption = None,
+    inductor_config: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            help="An Inductor setting to compile with: KEY=VALUE, e.g. freezing=True or max_autotune=True "
+            "(torch._inductor.config's names). Recorded in the package, shown by inspect, and the package "
+            "is checked against eager as always. Repeatable.",
+        ),
+    ] = None,
     save_reference: Annotated[
         Optional[Path],
         typer.Option(
@@ -359,6 +367,7 @@ def export_compile(
             input_shapes=[parse_shape(text) for text in input_shape or []],
             dynamic_dims=[parse_dynamic_dim(text) for text in dynamic_dim or []],
             input_values=parse_input_values(input_values or []),
+            inductor_configs=parse_inductor_configs(inductor_config or []),
             fake_modules=list(fake_module or []),
             save_reference=save_reference,
             allow_python_ops=allow_python_ops,

@@ -113,6 +113,9 @@ class BuildConfig:
     # .pt2 only: the CPU the compiled code may assume: "native" (-march=native, this
     # host's every feature) or a portable x86-64 psABI level (package/host.py).
     cpu_target: str = NATIVE
+    # Inductor settings to compile with (freezing, max_autotune, ...), recorded in the
+    # package and verified like everything else.
+    inductor_configs: dict[str, Any] = field(default_factory=dict)
     # Compare the package with eager before writing it (the Python API's check=False
     # skips it: the package then records no checks).
     verify: bool = True
@@ -166,6 +169,12 @@ class BuildConfig:
 
     def check(self) -> None:
         """Raise InputError for a dtype, dynamic dim or range that cannot work."""
+        if self.inductor_configs:
+            from .compile import check_inductor_configs
+
+            if self.format != "pt2":
+                raise InputError("--inductor-config applies to .pt2 packages; an ONNX file is not compiled by Inductor")
+            self.inductor_configs = check_inductor_configs(self.inductor_configs)
         if self.dtype not in DTYPES:
             raise InputError(f"unsupported dtype {self.dtype!r}; expected one of {', '.join(DTYPES)}")
         if self.format not in FORMATS:
@@ -521,12 +530,13 @@ def _export_and_compile_package(
             shared_dims=shared_dims(program),
             eager_check=tolerance,
             constant_inputs=constants,
+            inductor_configs=dict(config.inductor_configs),
         )
         # Built beside --output under a temporary name, and moved there only once it
         # passed: a failed build never replaces (or destroys) a good package.
         staging = _staging_path(config.output)
         try:
-            package_path = compile_package(program, staging, spec, config.cpu_target)
+            package_path = compile_package(program, staging, spec, config.cpu_target, config.inductor_configs)
             _record_called_ops(package_path, spec, calls, config)
         except BaseException:
             staging.unlink(missing_ok=True)
@@ -779,6 +789,7 @@ def _cache_key(
         "call": repr(call.with_tensors([None] * len(inputs))),
         "dynamic_shapes": repr(dynamic_shapes),
         "contents": 2,
+        **({"inductor_configs": sorted(config.inductor_configs.items())} if config.inductor_configs else {}),
         # Only when given, so the keys of packages built without it stay as they were.
         **({"input_values": sorted(config.input_values.items())} if config.input_values else {}),
     }
