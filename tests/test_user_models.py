@@ -361,10 +361,12 @@ def test_output_count_mismatch_is_reported_alike(scale_shift, build, tmp_path):
     assert line in py_out and line in cpp_out and "FAILED" in py_out and "FAILED" in cpp_out
 
 
-def test_random_inputs_only_for_float_dtypes_in_both_runtimes(build, tmp_path):
-    """The same refusal, word for word, from both runtimes' random-input makers. (A
-    package whose spec merely claims an int64 input is refused earlier, by the check of
-    the spec against the compiled model; so this runs the two makers on the spec.)"""
+def test_random_inputs_refuse_complex_dtypes_alike_in_both_runtimes(build, tmp_path):
+    """The same refusal, word for word, from both runtimes' random-input makers: complex
+    inputs have no random values (integer and bool ones draw 0 or 1, or their recorded
+    value range). (A package whose spec merely claims a complex input is refused
+    earlier, by the check of the spec against the compiled model; so this runs the two
+    makers on the spec.)"""
     import json
 
     from aoti_deploy.errors import AotiDeployError
@@ -373,16 +375,16 @@ def test_random_inputs_only_for_float_dtypes_in_both_runtimes(build, tmp_path):
 
     dims = lambda *ranges: [{"min": low, "max": high} for low, high in ranges]  # noqa: E731
     document = {"schema_version": 2, "inputs": [{"dtype": "int64", "dims": dims((1, 64), (16, 16))},
-                                                 {"dtype": "float32", "dims": dims((16, 16))}]}
+                                                 {"dtype": "complex64", "dims": dims((16, 16))}]}
     with pytest.raises(AotiDeployError) as python_error:
         make_random_inputs(parse_document(document), 0)
     vectors = tmp_path / "vectors.json"
-    vectors.write_text(json.dumps({"vectors": [{"name": "int", "spec": document, "seed": 0}]}))
+    vectors.write_text(json.dumps({"vectors": [{"name": "complex", "spec": document, "seed": 0}]}))
     cpp = run_cmd(build.dir / "contract_vectors", "random", vectors)
     assert cpp.returncode == 0, cpp.stderr
-    cpp_verdict = json.loads(cpp.stdout)["int"]
-    message = ("cannot generate a random input of dtype int64 (random inputs are float16, bfloat16, float32, float64, "
-               "or an integer input with a recorded value range); pass --inputs FILE.")
+    cpp_verdict = json.loads(cpp.stdout)["complex"]
+    message = ("cannot generate a random input of dtype complex64 (random inputs are float16, bfloat16, float32, "
+               "float64, or bool or integer); pass --inputs FILE.")
     assert message in str(python_error.value)
     assert cpp_verdict["error"] == "random_dtype" and message in cpp_verdict["message"], cpp_verdict
 

@@ -50,6 +50,13 @@ class DType(str, Enum):
     bfloat16 = "bfloat16"
     float32 = "float32"
     float64 = "float64"
+    # For a --model's inputs only; the model keeps its own dtype.
+    bool = "bool"
+    uint8 = "uint8"
+    int8 = "int8"
+    int16 = "int16"
+    int32 = "int32"
+    int64 = "int64"
 
 
 CpuTargetName = Enum("CpuTargetName", {name.replace("-", "_"): name for name in CPU_TARGET_NAMES}, type=str)
@@ -238,7 +245,12 @@ def export_compile(
         int, typer.Option(min=1, help="Width of the example input.", rich_help_panel=IDENTITY_PANEL)
     ] = 224,
     dtype: Annotated[
-        DType, typer.Option(help="Floating dtype of the model and its inputs (random inputs only for --model).")
+        DType,
+        typer.Option(
+            help="Floating dtype of the model and its inputs. With --model and --input-shape, an integer or bool "
+            "dtype is the dtype of the seeded random inputs alone (the model keeps its own): values 0 and 1, or "
+            "those --input-values gives.",
+        ),
     ] = DType.float32,
     device: Annotated[
         Device, typer.Option(help="Device to compile for. cuda needs a CUDA build of torch and a GPU.")
