@@ -13,6 +13,8 @@ export AOTI_DEPLOY_BUILD_DIR="$(abs_path "${BUILD_DIR:-$ROOT/build}")"
 # make a missing ONNX extra fail the ONNX tests rather than skip them.
 export EXTRAS="${EXTRAS:-test,build,bench,sign,onnx,triton,hf}"
 export AOTI_DEPLOY_REQUIRE_ONNX="${AOTI_DEPLOY_REQUIRE_ONNX:-1}"
+# The same for the transformers models: a missing hf extra fails the zoo tests.
+export AOTI_DEPLOY_REQUIRE_HF="${AOTI_DEPLOY_REQUIRE_HF:-1}"
 # The same for the serving tests: a missing triton extra or backend fails them.
 export AOTI_DEPLOY_REQUIRE_TRITON="${AOTI_DEPLOY_REQUIRE_TRITON:-1}"
 "$ROOT/scripts/setup.sh"

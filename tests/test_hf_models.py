@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("transformers", reason="needs the hf extra: pip install -e '.[hf]'")
+from conftest import require_transformers  # noqa: E402
+
+require_transformers()
 
 from examples.hf_models import FACTORIES  # noqa: E402
 
