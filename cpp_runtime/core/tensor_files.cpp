@@ -27,7 +27,10 @@ namespace {
 c10::IValue unpickle_tensor_file(const std::vector<char>& bytes, std::map<const void*, size_t>& record_sizes) {
   caffe2::serialize::PyTorchStreamReader reader(
       std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.data(), static_cast<off_t>(bytes.size())));
-  auto [pickle, pickle_size] = reader.getRecord("data.pkl");
+  // Not a structured binding: clang before 16 cannot capture one in the lambda below.
+  auto pickle_record = reader.getRecord("data.pkl");
+  const auto& pickle = std::get<0>(pickle_record);
+  const size_t pickle_size = std::get<1>(pickle_record);
   const auto* pickle_bytes = static_cast<const char*>(pickle.get());
   size_t position = 0;
   const auto read = [&](char* out, size_t n) -> size_t {
