@@ -179,8 +179,9 @@ class Reader {
   size_t position_ = 0;
 };
 
-// Buffers larger than this are not made (the declared byte size may still be anything).
-constexpr uint64_t kMaxBuffer = 4u << 20;
+// Buffers larger than this are not made (the declared byte size may still be anything):
+// larger than every shape the specs below take, except the unbounded dim's.
+constexpr uint64_t kMaxBuffer = 256u << 10;
 
 // Specs of real packages' shapes: the demo model, dynamic dims (one unbounded),
 // indices with a value range beside a bool mask sharing a dim, scalars and empty
@@ -271,8 +272,11 @@ FakeRequest decode(Reader& in) {
   size_t at = 0;
   for (auto& input : request.inputs) {
     for (auto& buffer : input.buffers) {
-      for (size_t k = buffer.misalign; k < buffer.storage.size() && fill_size > 0; ++k) {
-        buffer.storage[k] = fill[at++ % fill_size];
+      for (size_t k = buffer.misalign; k < buffer.storage.size() && fill_size > 0;) {
+        const size_t n = std::min(buffer.storage.size() - k, fill_size - at);
+        std::memcpy(buffer.storage.data() + k, fill + at, n);
+        k += n;
+        at = (at + n) % fill_size;
       }
     }
   }
