@@ -2,6 +2,7 @@
 
 #include "errors.h"
 
+#include "pickle_check.h"
 #include "zip_archive.h"
 
 #include <ATen/ATen.h>
@@ -16,6 +17,7 @@
 #include <iterator>
 #include <map>
 #include <optional>
+#include <stdexcept>
 
 namespace aoti_runner {
 
@@ -27,8 +29,15 @@ namespace {
 c10::IValue unpickle_tensor_file(const std::vector<char>& bytes, std::map<const void*, size_t>& record_sizes) {
   caffe2::serialize::PyTorchStreamReader reader(
       std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.data(), static_cast<off_t>(bytes.size())));
-  auto [pickle, pickle_size] = reader.getRecord("data.pkl");
+  // Not a structured binding: clang before 16 cannot capture one in the lambda below.
+  auto pickle_record = reader.getRecord("data.pkl");
+  const auto& pickle = std::get<0>(pickle_record);
+  const size_t pickle_size = std::get<1>(pickle_record);
   const auto* pickle_bytes = static_cast<const char*>(pickle.get());
+  // The unpickler allocates what an opcode declares before reading it.
+  if (const auto problem = pickle_length_problem(pickle_bytes, pickle_size); !problem.empty()) {
+    throw std::runtime_error("data.pkl: " + problem);
+  }
   size_t position = 0;
   const auto read = [&](char* out, size_t n) -> size_t {
     const size_t count = std::min(n, pickle_size - position);

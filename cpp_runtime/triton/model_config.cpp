@@ -252,7 +252,7 @@ ModelConfig parse_model_config(const json& config) {
   // test_fault is for the backend's tests only: it makes execute fail on purpose.
   static const std::array<const char*, 3> kKnown{"intra_op_threads", "trusted_key", "test_fault"};
   for (const auto& [key, value] : result.parameters) {
-    if (std::find_if(kKnown.begin(), kKnown.end(), [&](const char* k) { return key == k; }) == kKnown.end()) {
+    if (std::find_if(kKnown.begin(), kKnown.end(), [&name = key](const char* k) { return name == k; }) == kKnown.end()) {
       throw RunnerError("config.pbtxt: unknown parameter '" + key +
                         "'; the aoti backend takes intra_op_threads and trusted_key.");
     }
