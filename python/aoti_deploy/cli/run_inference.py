@@ -92,7 +92,10 @@ def run_inference(
     atol: AtolOption = None,
     inputs: Annotated[
         Optional[Path],
-        typer.Option(help="Read inputs from this file: a list of tensors saved with torch.save."),
+        typer.Option(
+            help="Read inputs from this file: a list of tensors saved with torch.save, or for a package that names "
+            "its inputs a dict of name -> tensor (torch.save({'input_ids': t, ...}, path))."
+        ),
     ] = None,
     outputs: Annotated[Optional[Path], typer.Option(help="Write the outputs to this file, the same way.")] = None,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the random input used without --inputs.")] = 0,
@@ -118,6 +121,7 @@ def run_inference(
 ) -> None:
     # The stages import torch: here, not at module level, so --help starts without it.
     try:
+        from ..package.spec import tensor_label, tensor_names
         from ..runtime.aoti import load_package, load_package_libraries, to_package_device
         from ..runtime.preflight import check_runs_here, this_host
         from ..runtime.random_inputs import make_random_inputs
@@ -170,15 +174,17 @@ def run_inference(
                 tensors = make_random_inputs(spec, seed, shapes)
                 console.print(f"input: random (seed {seed})")
             else:
-                tensors = to_package_device(load_tensors(inputs), spec)
+                tensors = to_package_device(load_tensors(inputs, tensor_names(spec.inputs), "input"), spec)
                 console.print(f"input: {inputs}")
             tensors = validate_inputs(tensors, spec)
             # The references before the run, as aoti_runner: a bad file is refused before
             # any output is written.
-            expected_tensors = None if expected is None else load_tensors(expected)
-            eager_tensors = None if eager_reference is None else load_tensors(eager_reference)
+            output_names = tensor_names(spec.outputs)
+            expected_tensors = None if expected is None else load_tensors(expected, output_names, "output")
+            eager_tensors = None if eager_reference is None else load_tensors(eager_reference, output_names, "output")
             for i, tensor in enumerate(tensors):  # the same lines as aoti_runner's
-                console.print(f"input[{i}]: {list(tensor.shape)} {spec.inputs[i].dtype} on {spec.device}")
+                label = tensor_label("input", i, spec.inputs)
+                console.print(f"{label}: {list(tensor.shape)} {spec.inputs[i].dtype} on {spec.device}")
             results = package.run(tensors)
             console.print(f"ran {model_path}: {len(results)} output(s)")
             if outputs is not None:
@@ -213,7 +219,8 @@ def run_inference(
             continue
         try:
             comparisons = [
-                (f"verify: output[{i}] vs {check.reference_name}[{i}]", compare(result, reference, check.tolerance))
+                (f"verify: {tensor_label('output', i, spec.outputs)} vs {check.reference_name}[{i}]",
+                 compare(result, reference, check.tolerance))
                 for i, (result, reference) in enumerate(zip(results, check.references))
             ]
         except Exception as error:  # e.g. tensors of a width with no integer twin: exit 2, not 1
