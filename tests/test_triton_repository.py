@@ -534,12 +534,21 @@ def test_serve_triton_checks_a_repository_end_to_end(compiled_package: CompiledP
     tritonserver_module()
     repository = tmp_path / "repository"
     write_repository(compiled_package.path, repository, name="demo", op_libraries=[build.op_library])
+    # The same package with names in its spec: served, and checked, by those names.
+    spec = read_package_spec(compiled_package.path)
+    named_package = edit_spec(compiled_package.path, tmp_path / "named.pt2",
+                              inputs=[named(t, "pixels").to_document() for t in spec.inputs],
+                              outputs=[named(t, "restored").to_document() for t in spec.outputs])
+    write_repository(named_package, repository, name="named_demo", op_libraries=[build.op_library])
+    assert 'name: "pixels"' in (repository / "named_demo" / CONFIG_NAME).read_text()
     result = run_cli("aoti-deploy", "serve", "--repository", repository, "--requests", "2",
                      "--log-file", tmp_path / "server.log", cwd=tmp_path, build=build)
     assert result.returncode == 0, result.stdout + result.stderr
     for words in ("http demo random seed 1 [2, 3, 8, 12] vs inputs: output[0] identical",
                   "grpc demo special values [2, 3, 8, 12] vs Python runtime: output[0] identical",
-                  "demo: 6 inferences in 6 executions", "PASSED"):
+                  "demo: 6 inferences in 6 executions", "PASSED",
+                  "grpc named_demo special values [2, 3, 8, 12] vs Python runtime: output[0] identical",
+                  "named_demo: 6 inferences in 6 executions"):
         assert words in result.stdout, words
     stopped = re.search(r"stopped tritonserver pid (\d+) \(exit code 0\)", result.stdout)
     assert stopped and not Path(f"/proc/{stopped.group(1)}").exists(), result.stdout
@@ -552,3 +561,31 @@ def test_serve_triton_checks_a_repository_end_to_end(compiled_package: CompiledP
     assert "libidentity_conv_ops.so" in result.stderr
     started = re.search(r"tritonserver pid (\d+)", result.stdout)
     assert started and not Path(f"/proc/{started.group(1)}").exists()
+
+
+def named(spec: TensorSpec, name: str) -> TensorSpec:
+    return TensorSpec(spec.dims, spec.dtype, spec.values, name)
+
+
+def test_a_named_package_is_served_by_its_names():
+    """The spec's names are the config's; a package without names keeps INPUT__i/OUTPUT__i."""
+    spec = PackageSpec(
+        inputs=[named(tensor("int64", (1, 8), 16), "input_ids"), named(tensor("int64", (1, 8), 16), "attention_mask")],
+        outputs=[named(tensor("float32", (1, 8), 16, 32), "last_hidden_state"),
+                 named(tensor("float32", (1, 8), 2), "logits")],
+        shared_dims=[[(0, 0), (1, 0)]],
+    )
+    config = triton_config(spec, "bert")
+    assert [(t.name, t.data_type, t.dims) for t in config.inputs] == [
+        ("input_ids", "TYPE_INT64", (16,)), ("attention_mask", "TYPE_INT64", (16,))]
+    assert [t.name for t in config.outputs] == ["last_hidden_state", "logits"]
+    parsed = parse(config.text())
+    assert [i.name for i in parsed.input] == ["input_ids", "attention_mask"]
+    assert [o.name for o in parsed.output] == ["last_hidden_state", "logits"]
+    assert parsed.max_batch_size == 8
+
+
+def test_a_named_scalar_is_refused_by_its_name():
+    spec = PackageSpec(inputs=[named(tensor("float32"), "temperature")], outputs=[named(tensor("float32"), "y")])
+    with pytest.raises(PackageError, match=r"input 0 \(temperature\) is a scalar \(0-d\)"):
+        config_text(spec, "m")
