@@ -46,17 +46,19 @@ def test_package_records_its_spec(compiled_package):
 
 
 def test_package_records_its_output(compiled_package):
-    """An identity: one output of the input's shape and dtype."""
+    """An identity: one output of the input's shape and dtype, named as the model
+    names them (the forward argument x; a lone output is "output")."""
     spec = read_package_spec(compiled_package.path)
-    assert spec.outputs == [TensorSpec(tuple(DimSpec(n, n) for n in PACKAGE_SHAPE), "float32")]
-    assert spec.outputs == spec.inputs
+    assert spec.outputs == [TensorSpec(tuple(DimSpec(n, n) for n in PACKAGE_SHAPE), "float32", name="output")]
+    assert spec.inputs == [TensorSpec(tuple(DimSpec(n, n) for n in PACKAGE_SHAPE), "float32", name="x")]
 
 
 def test_dynamic_package_records_its_output_ranges(dynamic_package):
     """float32, batch 1..8, height and width 1..64: an identity's output has the same ranges."""
     spec = read_package_spec(dynamic_package)
-    assert spec.outputs == [TensorSpec((DimSpec(1, 8), DimSpec(3, 3), DimSpec(1, 64), DimSpec(1, 64)), "float32")]
-    assert spec.outputs == spec.inputs
+    dims = (DimSpec(1, 8), DimSpec(3, 3), DimSpec(1, 64), DimSpec(1, 64))
+    assert spec.outputs == [TensorSpec(dims, "float32", name="output")]
+    assert spec.inputs == [TensorSpec(dims, "float32", name="x")]
 
 
 class _Outputs(torch.nn.Module):
@@ -71,9 +73,9 @@ def test_output_sizes_range_over_their_expressions():
     x = torch.randn(4, 3)
     bounded = export_model(_Outputs(), (x,), [DynamicDim(((0, 0),), 3, 8)])
     assert output_specs(bounded) == [
-        TensorSpec((DimSpec(6, 16), DimSpec(3, 3)), "float32"),
-        TensorSpec((DimSpec(2, 7), DimSpec(3, 3)), "int32"),
-        TensorSpec((DimSpec(3, 8),), "float32"),
+        TensorSpec((DimSpec(6, 16), DimSpec(3, 3)), "float32", name="output_0"),
+        TensorSpec((DimSpec(2, 7), DimSpec(3, 3)), "int32", name="output_1"),
+        TensorSpec((DimSpec(3, 8),), "float32", name="output_2"),
     ]
     # No upper bound given: torch.export's int_oo is recorded as unbounded (max None).
     unbounded = torch.export.export(_Outputs(), (x,), dynamic_shapes=({0: torch.export.Dim("n", min=3)},), strict=False)

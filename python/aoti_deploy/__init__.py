@@ -1,5 +1,11 @@
 """Export a PyTorch model with custom C++/CUDA ops, compile it with AOTInductor,
-and run it from Python or from a C++ binary with no Python, verified bit-for-bit."""
+and run it from Python or from a C++ binary with no Python, verified bit-for-bit.
+
+    import aoti_deploy as ad
+    pkg = ad.export(model, (x,), {"mask": m}, dynamic_shapes={"x": {0: ad.Dim("batch", max=64)}, "mask": {0: ...}})
+    ad.load(pkg.path)(x, mask=m)   # the model's own output structure
+    pkg.verify((x,), {"mask": m})  # against eager, under the recorded tolerance
+"""
 
 from __future__ import annotations
 
@@ -20,13 +26,27 @@ from .errors import (
 
 # The op layer imports torch; it loads on first use (PEP 562), so the CLIs' --help
 # and the light modules (errors, locate) start without it.
-_LAZY = {"identity_conv": ".ops", "load_op_library": ".ops"}
+_LAZY = {
+    "identity_conv": ".ops",
+    "load_op_library": ".ops",
+    "Dim": ".api",
+    "export": ".api",
+    "load": ".api",
+    "Package": ".api",
+    "Report": ".api",
+    "OutputCheck": ".api",
+    "BenchmarkResult": ".api",
+    "Tolerance": ".package.spec",
+    "PackageSpec": ".package.spec",
+}
 
 if TYPE_CHECKING:
+    from .api import BenchmarkResult, Dim, OutputCheck, Package, Report, export, load
     from .ops import identity_conv, load_op_library
+    from .package.spec import PackageSpec, Tolerance
 
 
-_SUBPACKAGES = ("bench", "cli", "compiler", "models", "ops", "package", "runtime", "verify", "errors", "locate")
+_SUBPACKAGES = ("api", "bench", "cli", "compiler", "models", "ops", "package", "runtime", "verify", "errors", "locate")
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBPACKAGES)
@@ -34,6 +54,15 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBPACKAGES)
 
 __all__ = [
     "AotiDeployError",
+    "BenchmarkResult",
+    "Dim",
+    "OutputCheck",
+    "Package",
+    "PackageSpec",
+    "Report",
+    "Tolerance",
+    "export",
+    "load",
     "CompileError",
     "ExportError",
     "InputError",

@@ -13,7 +13,6 @@ from typing import Annotated, List, NoReturn, Optional
 import typer
 
 from ..errors import EXIT_MISMATCH, InputError
-from ..runtime import is_onnx_path
 from .common import (
     AtolOption,
     BitwiseOption,
@@ -122,11 +121,11 @@ def run_inference(
     # The stages import torch: here, not at module level, so --help starts without it.
     try:
         from ..package.spec import tensor_label, tensor_names
-        from ..runtime.aoti import load_package, load_package_libraries, to_package_device
-        from ..runtime.preflight import check_runs_here, this_host
+        from ..runtime.aoti import to_package_device
         from ..runtime.random_inputs import make_random_inputs
+        from ..runtime.session import open_session
         from ..runtime.tensor_files import load_tensors, save_tensors
-        from ..runtime.trust import open_model, refuse_library_arguments, trust_policy
+        from ..runtime.trust import trust_policy
         from ..runtime.validation import validate_inputs
         from ..verify.tolerance import compare, plan_checks
         from .parsing import parse_shape
@@ -142,33 +141,20 @@ def run_inference(
                     "--input-shape sets the shape of the random inputs, which --inputs replaces; pass one or the other."
                 )
             shapes = [parse_shape(text) for text in input_shape] if input_shape else None
-            given_libraries = [*(op_lib_paths or []), *(op_lib or [])]
-            refuse_library_arguments(model_path, given_libraries)
-            # The trust policy before anything native loads: under a trusted key, what
-            # loads below is the verified private copy.
-            opened = cleanup.enter_context(open_model(model_path, trust_policy(trusted_key, require_signature)))
-            if opened.status:
-                console.print(opened.status)
-            onnx = is_onnx_path(opened.package)
-            spec = opened.spec
-            if not onnx:
-                # What the spec alone can refuse is refused before any op library loads,
-                # in the same order as aoti_runner.
-                check_runs_here(spec, this_host())
-            libraries = load_package_libraries(
-                spec, opened.op_libraries if opened.is_bundle else given_libraries, list(fake_module or [])
-            )
-            for library in libraries:
+            # The trust policy before anything native loads (under a trusted key, what
+            # loads is the verified private copy), then the libraries, then the model.
+            # Closed on the way out: the loader's extracted files go before main() ends
+            # the process.
+            session = cleanup.enter_context(open_session(
+                model_path, op_libraries=[*(op_lib_paths or []), *(op_lib or [])], fake_modules=list(fake_module or []),
+                policy=trust_policy(trusted_key, require_signature),
+            ))
+            if session.opened.status:
+                console.print(session.opened.status)
+            spec, package = session.spec, session.model
+            for library in session.libraries:
                 console.print(f"loaded op library {library}")
-            if onnx:
-                from ..runtime.onnx_runtime import load_onnx
-
-                package = load_onnx(opened.package, spec)
-            else:
-                # Closed on the way out: the loader's extracted files go before main() ends
-                # the process.
-                package = cleanup.enter_context(load_package(opened.package, spec))
-            if onnx:
+            if session.onnx:
                 console.print(f"runtime: onnxruntime (CPU), {spec.onnx_mode} ONNX file")
             if inputs is None:
                 tensors = make_random_inputs(spec, seed, shapes)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from collections.abc import Sequence
-import json
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -16,6 +18,7 @@ from ..errors import ExportError
 from ..package.dtypes import dtype_name
 from ..package.spec import INT64_MAX, DimSpec, OpRef, TensorSpec
 from ..models.user import DynamicDim
+from .structure import CallInputs, input_names, output_names
 
 # Namespaces of ops that every libtorch has; anything else comes from a library.
 _BUILTIN_NAMESPACES = {"aten", "prims", "higher_order", "prim", "_operator"}
@@ -42,39 +45,49 @@ class GraphCalls:
 
 def export_model(
     model: nn.Module,
-    example_inputs: tuple[torch.Tensor, ...],
+    example_inputs: tuple[torch.Tensor, ...] | CallInputs,
     dynamic_dims: Sequence[DynamicDim] = (),
+    dynamic_shapes: Any = None,
 ) -> torch.export.ExportedProgram:
     """Export ``model`` with ``torch.export`` (non-strict).
 
     Args:
         model: the module to export.
-        example_inputs: one tensor per forward argument.
-        dynamic_dims: the dims that may vary at run time; every other dim is static.
+        example_inputs: one tensor per forward argument, or the whole call (args
+            and kwargs, nested, with Python scalars).
+        dynamic_dims: the dims that may vary at run time (the CLI's --dynamic-dim,
+            over the call's tensors in order); every other dim is static.
+        dynamic_shapes: torch.export's own ``dynamic_shapes`` (``Dim`` objects in a
+            dict, tuple or list), as the Python API takes it; not with dynamic_dims.
 
     Raises:
         ExportError: with torch's message, when tracing fails or a dynamic dim names
             an input or dim the example inputs do not have.
     """
-    dynamic_shapes = None
+    call = example_inputs if isinstance(example_inputs, CallInputs) else CallInputs(tuple(example_inputs))
+    # AOTI compiles the example's strides in, and the runtimes pass contiguous
+    # tensors: trace contiguous copies, or a package from a transposed example
+    # reads its inputs with the wrong strides.
+    call = call.map_tensors(lambda x: x.contiguous())
     if dynamic_dims:
-        per_input: list[dict[int, object] | None] = [None] * len(example_inputs)
+        tensors = call.tensors()
+        per_input: list[dict[int, object] | None] = [None] * len(tensors)
         for dynamic in dynamic_dims:
             dim = torch.export.Dim(dynamic.name, min=dynamic.min, max=dynamic.max)
             for i, d in dynamic.positions:
-                if i >= len(example_inputs) or d >= example_inputs[i].dim():
+                if i >= len(tensors) or d >= tensors[i].dim():
                     raise ExportError(
                         f"--dynamic-dim {dynamic}: there is no dim {d} of input {i}; the model takes "
-                        f"{len(example_inputs)} input(s) of shapes "
-                        f"{', '.join(str(list(x.shape)) for x in example_inputs)}"
+                        f"{len(tensors)} input(s) of shapes "
+                        f"{', '.join(str(list(x.shape)) for x in tensors)}"
                     )
                 per_input[i] = {**(per_input[i] or {}), d: dim}
-        dynamic_shapes = tuple(per_input)
+        dynamic_shapes = _per_leaf_shapes(model, call, per_input)
     try:
-        return torch.export.export(model, example_inputs, dynamic_shapes=dynamic_shapes, strict=False)
+        return torch.export.export(model, call.args, call.kwargs or None, dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as error:  # torch raises many unrelated types here
         if dynamic_dims and "Constraints violated" in str(error):
-            fix = _dynamic_dim_fix(model, example_inputs, dynamic_dims)
+            fix = _dynamic_dim_fix(model, tuple(call.tensors()), dynamic_dims)
             if fix:
                 raise ExportError(f"torch.export refused the dynamic dims: {fix}") from error
         hint = ""
@@ -84,6 +97,29 @@ def export_model(
                 "torch.library.register_fake in a module and import it with --fake-module."
             )
         raise ExportError(f"torch.export failed: {type(error).__name__}: {error}{hint}") from error
+
+
+def _per_leaf_shapes(model: nn.Module, call: CallInputs, per_tensor: list[dict[int, object] | None]) -> Any:
+    """torch.export's dynamic_shapes for a call, from one entry per tensor leaf (in
+    the package's order): the call's own structure with each tensor replaced by its
+    dims and every other leaf by None; a tuple in argument order, or with keyword
+    arguments a dict by argument name (bound to the model's signature)."""
+    import inspect
+
+    import torch.utils._pytree as pytree
+
+    leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
+    shapes = iter(per_tensor)
+    args, kwargs = pytree.tree_unflatten(
+        [next(shapes) if isinstance(leaf, torch.Tensor) else None for leaf in leaves], spec
+    )
+    if not kwargs:
+        return tuple(args)
+    try:
+        bound = inspect.signature(model.forward).bind(*args, **kwargs)
+    except (TypeError, ValueError) as error:
+        raise ExportError(f"the example call does not fit the model's forward: {error}") from error
+    return dict(bound.arguments)
 
 
 def _dynamic_dim_fix(
@@ -127,11 +163,7 @@ def _positions_text(dynamic: DynamicDim) -> str:
 def _user_input_sizes(program: torch.export.ExportedProgram) -> list[list[int | str]]:
     """Each user input's sizes: an int where the size is fixed, else its symbol's name
     (equal names: one size)."""
-    user_inputs = [
-        spec.arg.name
-        for spec in program.graph_signature.input_specs
-        if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT
-    ]
+    user_inputs = input_names(program)
     placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
     shapes: list[list[int | str]] = []
     for name in user_inputs:
@@ -145,15 +177,14 @@ def _user_input_sizes(program: torch.export.ExportedProgram) -> list[list[int | 
 
 
 def input_specs(program: torch.export.ExportedProgram) -> list[TensorSpec]:
-    """The user inputs as the exported program sees them: each dim static, or the
-    range torch.export proved for it."""
-    user_inputs = [
-        spec.arg.name
-        for spec in program.graph_signature.input_specs
-        if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT
-    ]
+    """The tensor user inputs as the exported program sees them, in the package's
+    order, named as the model names them: each dim static, or the range torch.export
+    proved for it. Python scalars are baked in, not inputs (structure.py)."""
     placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
-    return [_tensor_spec(placeholders[name].meta["val"], program) for name in user_inputs]
+    return [
+        dataclasses.replace(_tensor_spec(placeholders[name].meta["val"], program), name=name)
+        for name in input_names(program)
+    ]
 
 
 def output_specs(program: torch.export.ExportedProgram) -> list[TensorSpec]:
@@ -171,7 +202,10 @@ def output_specs(program: torch.export.ExportedProgram) -> list[TensorSpec]:
     ]
     if not all(isinstance(value, torch.Tensor) for value in values):
         return []
-    return [_tensor_spec(value, program) for value in values]
+    names = output_names(program.call_spec.out_spec) if program.call_spec.out_spec is not None else []
+    if len(names) != len(values):
+        names = [""] * len(values)
+    return [dataclasses.replace(_tensor_spec(value, program), name=name) for value, name in zip(values, names)]
 
 
 def _tensor_spec(value: torch.Tensor, program: torch.export.ExportedProgram) -> TensorSpec:
@@ -201,11 +235,7 @@ def shared_dims(program: torch.export.ExportedProgram) -> list[list[tuple[int, i
     """Groups of (input, dim) positions that torch.export proved to be one size (the
     same symbol): a runner must see equal sizes there, or the compiled code reads
     out of bounds. Only groups of two or more positions."""
-    user_inputs = [
-        spec.arg.name
-        for spec in program.graph_signature.input_specs
-        if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT
-    ]
+    user_inputs = input_names(program)
     placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
     groups: dict[str, list[tuple[int, int]]] = {}
     for i, name in enumerate(user_inputs):

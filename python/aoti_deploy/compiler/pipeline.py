@@ -45,6 +45,7 @@ from ..package.spec import OpRef, PackageSpec
 from ..runtime.aoti import load_package
 from ..runtime.tensor_files import save_tensors
 from ..models.user import DynamicDim, flatten_outputs, import_modules, load_model
+from .structure import CallInputs, check_tensor_outputs, constant_inputs
 from ..verify.bits import BitReport
 from ..verify.tolerance import BITWISE, CLOSE, FAILED, Comparison, Tolerance, compare, list_verdict
 
@@ -112,6 +113,9 @@ class BuildConfig:
     # .pt2 only: the CPU the compiled code may assume: "native" (-march=native, this
     # host's every feature) or a portable x86-64 psABI level (package/host.py).
     cpu_target: str = NATIVE
+    # Compare the package with eager before writing it (the Python API's check=False
+    # skips it: the package then records no checks).
+    verify: bool = True
 
     def shape(self) -> tuple[int, int, int, int]:
         return (self.batch, self.channels, self.height, self.width)
@@ -244,6 +248,23 @@ def seeded_input(shape: tuple[int, ...], dtype: str, device: str, seed: int) -> 
     return torch.randn(shape, generator=generator).to(DTYPES[dtype]).to(device)
 
 
+def spec_dynamic_dims(spec: PackageSpec) -> list[DynamicDim]:
+    """The package's dynamic dims as the spec records them: each group of shared
+    positions as one, every other non-static dim alone. The Python API gives its
+    dynamic shapes in torch's own form; this is what they came to."""
+    dims: list[DynamicDim] = []
+    grouped = {position for group in spec.shared_dims for position in group}
+    for group in spec.shared_dims:
+        i, d = group[0]
+        dim = spec.inputs[i].dims[d]
+        dims.append(DynamicDim(tuple(group), dim.min, dim.max))
+    for i, tensor in enumerate(spec.inputs):
+        for d, dim in enumerate(tensor.dims):
+            if not dim.is_static and (i, d) not in grouped:
+                dims.append(DynamicDim(((i, d),), dim.min, dim.max))
+    return dims
+
+
 def second_inputs(
     inputs: list[torch.Tensor], dynamic_dims: list[DynamicDim], seed: int
 ) -> list[torch.Tensor] | None:
@@ -269,6 +290,9 @@ def export_and_compile(
     config: BuildConfig,
     on_stage: Callable[[str], None] | None = None,
     model: nn.Module | None = None,
+    example: CallInputs | None = None,
+    dynamic_shapes: Any = None,
+    program: torch.export.ExportedProgram | None = None,
 ) -> BuildResult:
     """Run every stage of export_compile.
 
@@ -277,6 +301,12 @@ def export_and_compile(
         on_stage: called with each stage's name (from STAGES) as it starts.
         model: an already built (e.g. trained) model to export instead of the one
             ``config`` names; it is an identity only if its ``is_identity`` says so.
+        example: with ``model``, the example call (args and kwargs, nested, with
+            Python scalars) to export with, as the Python API takes it; without it,
+            ``model`` gets one random input of ``config``'s shape.
+        dynamic_shapes: with ``example``, torch.export's own ``dynamic_shapes``.
+        program: with ``example``, a program already exported from ``model``
+            (its ``module()``): compiled as it is, not exported again.
 
     Returns:
         The BuildResult. ``passed`` says whether the package's outputs are within
@@ -303,7 +333,7 @@ def export_and_compile(
             libraries = load_op_libraries(config.op_libs)
             if model is None and config.model is None:
                 _require_identity_library(MODEL_VARIANTS[config.variant], libraries)
-        elif config.model is None:
+        elif config.model is None and example is None:
             libraries = [load_op_library()]
         else:
             libraries = []
@@ -312,7 +342,19 @@ def export_and_compile(
     with stage("build model"):
         if model is None and config.model is None:
             model = MODEL_VARIANTS[config.variant](config.channels)
-        if model is not None:
+        if example is not None:
+            if model is None:
+                raise InputError("an example call needs the model it calls")
+            example.check_leaves()
+            model = model.to(device=config.device)
+            if not isinstance(model, torch.fx.GraphModule):  # an ExportedProgram's module() refuses eval()
+                model = model.eval()
+            example = example.map_tensors(lambda x: x.detach().to(config.device))
+            inputs = example.tensors()
+            if not inputs:
+                raise InputError("the example call has no tensor input; a package takes at least one tensor")
+            traced, dynamic_dims = list(inputs), []
+        elif model is not None:
             model = model.to(device=config.device, dtype=DTYPES[config.dtype]).eval()
             inputs = [seeded_input(config.shape(), config.dtype, config.device, config.seed)]
             dynamic_dims = [
@@ -322,7 +364,8 @@ def export_and_compile(
                 seeded_input(config.export_shape(), config.dtype, config.device, config.seed)
             ]
         else:
-            model, inputs, traced, dynamic_dims = _build_user_model(config)
+            model, inputs, traced, dynamic_dims, example = _build_user_model(config)
+        call = example if example is not None else CallInputs(tuple(inputs))
         model_name = config.model or type(model).__name__
         # Identity is the IdentityModel's contract, so it is held to the same bits.
         tolerance = config.tolerance or Tolerance(BITWISE if getattr(model, "is_identity", False) else CLOSE)
@@ -331,10 +374,12 @@ def export_and_compile(
             key, cached = "", None
         else:
             # The rule is not in the key: it changes the check, not the compiled code.
-            key = _cache_key(config, model, inputs, traced, dynamic_dims, libraries)
+            key = _cache_key(config, model, inputs, traced, dynamic_dims, libraries, call, dynamic_shapes)
             cached = None if config.force else _cached_spec(config.output, key)
 
     if config.format == "onnx":
+        if example is not None:
+            raise InputError("the ONNX target takes a model given with --model; the Python API writes .pt2 packages")
         return _export_onnx(
             config, model, inputs, traced, dynamic_dims, libraries, model_name, tolerance, stage, timings
         )
@@ -345,7 +390,7 @@ def export_and_compile(
                 pass
         if config.save_reference is not None:
             with torch.no_grad():
-                eager = flatten_outputs(model(*inputs))
+                eager = flatten_outputs(call.call(model))
             outputs = load_package(config.output, cached).run(list(inputs))
             _save_reference(config.save_reference, inputs, outputs, eager)
         return BuildResult(
@@ -379,23 +424,28 @@ def export_and_compile(
         package_path = staging
     else:
         calls, graph, package_path, staging = _export_and_compile_package(
-            config, model, inputs, traced, dynamic_dims, libraries, tolerance, stage
+            config, model, call.with_tensors(traced), dynamic_dims, dynamic_shapes, libraries, tolerance, stage,
+            program,
         )
 
     with stage("verify"):
         try:
             spec = read_package_spec(package_path)
-            package = load_package(package_path, spec)
-            checks, outputs, eager = _verify_against_eager(
-                model, inputs, dynamic_dims, config.seed, package.run, "the package", "package", tolerance
-            )
-            if config.save_reference is not None:
-                _save_reference(config.save_reference, inputs, outputs, eager)
+            if config.verify:
+                package = load_package(package_path, spec)
+                checks, outputs, eager = _verify_against_eager(
+                    model, inputs, dynamic_dims or spec_dynamic_dims(spec), config.seed, package.run, "the package",
+                    "package", tolerance, call,
+                )
+                if config.save_reference is not None:
+                    _save_reference(config.save_reference, inputs, outputs, eager)
+            else:
+                checks = []
             passed = list_verdict([comparison for _, comparison in checks]) != FAILED
             if passed:
                 # The key is recorded only in a package that passed, so only such a
-                # package is ever reused.
-                spec.cache_key = key
+                # package is ever reused; an unchecked one records no checks.
+                spec.cache_key = key if config.verify else ""
                 spec.eager_check = tolerance
                 spec.verified = [[label, _record(comparison)] for label, comparison in checks]
                 rewrite_package_metadata(package_path, package_path, spec.to_metadata())
@@ -423,12 +473,13 @@ def export_and_compile(
 def _export_and_compile_package(
     config: BuildConfig,
     model: nn.Module,
-    inputs: list[torch.Tensor],
-    traced: list[torch.Tensor],
+    traced: CallInputs,
     dynamic_dims: list[DynamicDim],
+    dynamic_shapes: Any,
     libraries: list[Path],
     tolerance: Tolerance,
     stage: Callable[[str], AbstractContextManager[None]],
+    program: torch.export.ExportedProgram | None = None,
 ) -> tuple[GraphCalls, str, Path, Path]:
     """The export and compile stages: the graph's calls, the graph as text, and the
     package compiled beside --output under a temporary name (its path twice: the
@@ -436,8 +487,12 @@ def _export_and_compile_package(
     with stage("export"):
         # Packages are for inference: tracing without autograd keeps the graph free of
         # training-only state (and lets out= ops, which refuse autograd, export).
-        with torch.no_grad():
-            program = export_model(model, tuple(traced), dynamic_dims)
+        if program is None:
+            with torch.no_grad():
+                program = export_model(model, traced, dynamic_dims, dynamic_shapes)
+        # Refused before the compile, which takes seconds to minutes.
+        check_tensor_outputs(program)
+        constants = constant_inputs(program, traced)
         optimization = optimize_program(program).summary() if config.optimize else "off (--no-optimize)"
         calls = graph_calls(program)
         if isinstance(model, IdentityModel):
@@ -457,7 +512,7 @@ def _export_and_compile_package(
             op_libraries=libraries_for([op for op in calls.ops if op not in python_ops] + calls.classes),
             op_library_namespaces=namespaces_by_library([op for op in calls.ops if op not in python_ops] + calls.classes),
             is_identity=bool(getattr(model, "is_identity", False)),
-            example_shapes=[tuple(x.shape) for x in inputs],
+            example_shapes=[tuple(x.shape) for x in traced.tensors()],
             cpu_flags=target_cpu_flags(config.cpu_target),
             cpu_target=config.cpu_target,
             python_only_ops=sorted(python_ops),
@@ -465,6 +520,7 @@ def _export_and_compile_package(
             optimizations=optimization,
             shared_dims=shared_dims(program),
             eager_check=tolerance,
+            constant_inputs=constants,
         )
         # Built beside --output under a temporary name, and moved there only once it
         # passed: a failed build never replaces (or destroys) a good package.
@@ -513,6 +569,7 @@ def _verify_against_eager(
     what: str,
     label: str,
     tolerance: Tolerance,
+    call: CallInputs | None = None,
 ) -> tuple[list[tuple[str, Comparison]], list[torch.Tensor], list[torch.Tensor]]:
     """Run ``run`` on the example inputs (and, with dynamic dims, on inputs of other
     sizes) and compare each output with eager's under ``tolerance``.
@@ -527,7 +584,7 @@ def _verify_against_eager(
     runs = [inputs] + ([more] if (more := second_inputs(inputs, dynamic_dims, seed)) else [])
     for run_inputs in runs:
         with torch.no_grad():
-            eager = flatten_outputs(model(*run_inputs))
+            eager = flatten_outputs(model(*run_inputs) if call is None else call.with_tensors(run_inputs).call(model))
         outputs = run(list(run_inputs))
         if len(outputs) != len(eager):
             raise VerificationError(f"{what} returned {len(outputs)} output(s) where eager returns {len(eager)}")
@@ -634,19 +691,22 @@ def _convert_and_verify_onnx(
 
 def _build_user_model(
     config: BuildConfig,
-) -> tuple[nn.Module, list[torch.Tensor], list[torch.Tensor], list[DynamicDim]]:
+) -> tuple[nn.Module, list[torch.Tensor], list[torch.Tensor], list[DynamicDim], CallInputs | None]:
     """The user's model in eval mode on the device, its example inputs (from the
-    factory, else random of ``input_shapes``), the inputs to trace with, and the
-    dynamic dims checked against the inputs."""
+    factory, else random of ``input_shapes``), the inputs to trace with, the
+    dynamic dims checked against the inputs, and the factory's whole example call
+    (None without one: the inputs are the call)."""
     assert config.model is not None
-    model, factory_inputs = load_model(config.model, config.model_args)
+    model, factory_call = load_model(config.model, config.model_args)
     model = model.to(device=config.device).eval()
-    if factory_inputs is not None:
+    factory_inputs = None
+    if factory_call is not None:
         if config.input_shapes:
             raise InputError(
                 f"--model {config.model} returns its own example inputs, so --input-shape is not used; drop it"
             )
-        inputs = [x.to(config.device) for x in factory_inputs]
+        factory_call = factory_call.map_tensors(lambda x: x.to(config.device))
+        factory_inputs = inputs = factory_call.tensors()
     else:
         if not config.input_shapes:
             raise InputError(
@@ -694,12 +754,12 @@ def _build_user_model(
                 shape = list(traced[i].shape)
                 shape[d] = 2
                 traced[i] = seeded_input(tuple(shape), config.dtype, config.device, config.seed + i)
-    return model, inputs, traced, list(config.dynamic_dims)
+    return model, inputs, traced, list(config.dynamic_dims), factory_call
 
 
 def _cache_key(
     config: BuildConfig, model: nn.Module, inputs: list[torch.Tensor], traced: list[torch.Tensor],
-    dynamic_dims: list[DynamicDim], libraries: list[Path],
+    dynamic_dims: list[DynamicDim], libraries: list[Path], call: CallInputs, dynamic_shapes: Any,
 ) -> str:
     """The compile-cache key of this build (see cache.py). The op libraries counted
     are those this build loaded (--op-lib, or the default one)."""
@@ -714,6 +774,11 @@ def _cache_key(
         "allow_python_ops": config.allow_python_ops,
         "fake_modules": list(config.fake_modules),
         "cpu_target": config.cpu_target,
+        # The call's structure with its Python scalars (baked in), and the API's
+        # dynamic shapes. Version 2 of the spec's contents records names.
+        "call": repr(call.with_tensors([None] * len(inputs))),
+        "dynamic_shapes": repr(dynamic_shapes),
+        "contents": 2,
         # Only when given, so the keys of packages built without it stay as they were.
         **({"input_values": sorted(config.input_values.items())} if config.input_values else {}),
     }

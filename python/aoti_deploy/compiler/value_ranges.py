@@ -6,6 +6,8 @@ the runners refuse an input outside its range before the package runs."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Mapping
 
 import torch
@@ -67,7 +69,7 @@ def record_value_ranges(
             )
         found[i] = both
     return [
-        TensorSpec(spec.dims, spec.dtype, found.get(i, spec.values)) for i, spec in enumerate(inputs)
+        dataclasses.replace(spec, values=found.get(i, spec.values)) for i, spec in enumerate(inputs)
     ]
 
 

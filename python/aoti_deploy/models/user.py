@@ -10,12 +10,16 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.utils._pytree as pytree
 from torch import nn
 
 from ..errors import ModelError
+
+if TYPE_CHECKING:
+    from ..compiler.structure import CallInputs
 
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
@@ -61,7 +65,7 @@ def import_modules(names: Sequence[str], what: str = "--fake-module") -> None:
             ) from error
 
 
-def load_model(target: str, kwargs: dict[str, object] | None = None) -> tuple[nn.Module, tuple[torch.Tensor, ...] | None]:
+def load_model(target: str, kwargs: dict[str, object] | None = None) -> tuple[nn.Module, "CallInputs | None"]:
     """Import ``package.module:factory`` and call ``factory(**kwargs)``.
 
     Args:
@@ -69,13 +73,19 @@ def load_model(target: str, kwargs: dict[str, object] | None = None) -> tuple[nn
         kwargs: keyword arguments for the factory.
 
     Returns:
-        ``(module, example_inputs)``; example_inputs is None when the factory returns
-        a module only.
+        ``(module, example_call)``; example_call is None when the factory returns a
+        module only. A factory may return ``(module, args)`` or ``(module, args,
+        kwargs)``, with args and kwargs as torch.export takes them (tensors, dicts,
+        lists and tuples of them, Python scalars).
 
     Raises:
         ModelError: bad target, import failure, the factory raised, or it returned
-            something other than a module or a (module, inputs) pair.
+            something other than a module, a (module, args) or a (module, args,
+            kwargs) tuple.
     """
+    from ..compiler.structure import CallInputs
+    from ..errors import InputError
+
     if not _TARGET.match(target):
         raise ModelError(f"--model {target!r}: expected package.module:factory, e.g. my_models.zoo:build_model")
     module_name, factory_name = target.split(":")
@@ -88,21 +98,25 @@ def load_model(target: str, kwargs: dict[str, object] | None = None) -> tuple[nn
         made = factory(**(kwargs or {}))
     except Exception as error:  # the factory is user code
         raise ModelError(f"--model {target}: the factory raised {type(error).__name__}: {error}") from error
-    inputs = None
-    if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], nn.Module):
-        made, inputs = made
-        if isinstance(inputs, torch.Tensor):
-            inputs = (inputs,)
-        elif inputs is not None:
-            inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
-        if inputs is not None and (not inputs or not all(isinstance(x, torch.Tensor) for x in inputs)):
-            raise ModelError(f"--model {target}: the example inputs must be tensors, got {_types(inputs)}")
+    call = None
+    if isinstance(made, tuple) and len(made) in (2, 3) and isinstance(made[0], nn.Module):
+        made, args, *rest = made
+        call_kwargs = rest[0] if rest else None
+        if not isinstance(args, (torch.Tensor, tuple, list)):
+            args = (args,)
+        try:
+            call = CallInputs.of(args, call_kwargs)
+            call.check_leaves()
+        except InputError as error:
+            raise ModelError(f"--model {target}: {error}") from error
+        if not call.tensors():
+            raise ModelError(f"--model {target}: the example inputs hold no tensor, got {_types(tuple(args))}")
     if not isinstance(made, nn.Module):
         raise ModelError(
             f"--model {target}: the factory returned a {type(made).__name__}; expected an nn.Module, "
-            "or a tuple (module, example_inputs)"
+            "or a tuple (module, args) or (module, args, kwargs)"
         )
-    return made, inputs
+    return made, call
 
 
 def flatten_outputs(value: object) -> list[torch.Tensor]:

@@ -172,7 +172,8 @@ class TensorSpec:
     dtype: str
     # Inputs only, and only when export saw (or was told) which values index a tensor.
     values: ValueRange | None = None
-    # The model's name for the tensor (e.g. "input_ids"); "" when not recorded.
+    # The model's own name for it (e.g. "input_ids", "logits"); "" in packages from
+    # before names were recorded.
     name: str = ""
 
     def shape_str(self) -> str:
@@ -257,6 +258,10 @@ class PackageSpec:
     # The rule compiled code was held to against eager at export, which the runners'
     # --eager-reference applies too. None in packages from before it was recorded.
     eager_check: Tolerance | None = None
+    # The model's non-tensor inputs (Python ints, floats, bools, strings, None) that
+    # torch.export baked into the compiled code: the Python API refuses another value.
+    # Each is {"name", "index" (its leaf in the flattened (args, kwargs)), "value"}.
+    constant_inputs: list[dict[str, Any]] = field(default_factory=list)
     aoti: dict[str, str] = field(default_factory=dict)  # AOTI's own entries (CPU ISA, ...)
     schema_version: int = SCHEMA_VERSION  # the version the spec was read from
 
@@ -294,6 +299,7 @@ class PackageSpec:
             "verified": self.verified,
             "onnx_mode": self.onnx_mode,
             **({} if self.eager_check is None else {"eager_check": self.eager_check.to_document()}),
+            **({"constant_inputs": list(self.constant_inputs)} if self.constant_inputs else {}),
         }
 
     def to_metadata(self) -> dict[str, str]:
@@ -522,6 +528,23 @@ def _value_range(value: Any, dtype: str, where: str) -> ValueRange:
     return ValueRange(low, high, "" if why is None else _str(why, f"{where}.why"))
 
 
+def _constant_inputs(value: Any) -> list[dict[str, Any]]:
+    """The ``constant_inputs`` entry: objects with a string ``name``, an integer
+    ``index`` and a JSON scalar ``value`` (or an array of them). Only the Python
+    runtime reads it: the C++ runners take the package's tensors only."""
+    constants = []
+    for k, item in enumerate(_list(value, "constant_inputs")):
+        where = f"constant_inputs[{k}]"
+        if not isinstance(item, dict):
+            raise _malformed(f"{where}: expected an object, got {_type_name(item)}")
+        scalar = item.get("value")
+        if isinstance(scalar, (dict, list)):
+            raise _malformed(f"{where}.value: expected a number, boolean, string or null, got {_type_name(scalar)}")
+        constants.append({"name": _str(item.get("name"), f"{where}.name"), "index": _int(item.get("index"), f"{where}.index"),
+                          "value": scalar})
+    return constants
+
+
 def parse_document(document: Any) -> PackageSpec:
     """Validate a spec document and build the PackageSpec. Unknown keys are ignored
     (a newer minor addition); every known key is checked for type and consistency.
@@ -619,6 +642,7 @@ def parse_document(document: Any) -> PackageSpec:
         verified=_list(get("verified", []), "verified"),
         onnx_mode=_str(get("onnx_mode", ""), "onnx_mode"),
         eager_check=None if get("eager_check", None) is None else _tolerance(document["eager_check"], "eager_check"),
+        constant_inputs=_constant_inputs(get("constant_inputs", [])),
         schema_version=version,
     )
 

@@ -12,7 +12,8 @@ import torch.utils._pytree as pytree
 # `import torch` has loaded already (no Dynamo).
 from torch.export._tree_utils import reorder_kwargs
 
-from ..errors import PackageError
+from ..compiler.structure import load_treespec
+from ..errors import InputError, PackageError
 from ..models.user import import_modules
 from ..ops.loader import LIBRARY_NAME, load_op_libraries, load_op_library
 from ..package.archive import no_loader_message, package_loader_class
@@ -54,21 +55,24 @@ class CompiledPackage:
     ``AOTICompiledModel`` is: the inputs flattened with the package's call spec,
     ``boxed_run``, the outputs unflattened with its out spec. Built here because
     ``aoti_load_package`` imports Dynamo and Inductor (1.7 to 2.2 s of a cold start
-    here) to reach the same loader."""
+    here) to reach the same loader, and because its out spec fails to load when the
+    model returns a type this process cannot import (``load_treespec`` falls back)."""
 
     def __init__(self, loader: Any) -> None:
         self.loader = loader
-        self._specs: tuple[pytree.TreeSpec, pytree.TreeSpec] | None = None
+        self._specs: tuple[pytree.TreeSpec | None, pytree.TreeSpec | None] | None = None
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def specs(self) -> tuple[pytree.TreeSpec | None, pytree.TreeSpec | None]:
+        """The model's input and output treespecs; None for one that cannot be
+        rebuilt here."""
         if self._specs is None:
             call_spec = self.loader.get_call_spec()
-            self._specs = (pytree.treespec_loads(call_spec[0]), pytree.treespec_loads(call_spec[1]))
-        in_spec, out_spec = self._specs
-        flat_inputs = pytree.tree_flatten((args, reorder_kwargs(kwargs, in_spec)))[0]
-        flat_inputs = [x for x in flat_inputs if isinstance(x, torch.Tensor)]
-        flat_outputs = self.loader.boxed_run(flat_inputs)
-        return pytree.tree_unflatten(flat_outputs, out_spec)
+            self._specs = (load_treespec(call_spec[0]), load_treespec(call_spec[1]))
+        return self._specs
+
+    def run_flat(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The package's tensors in, its flat outputs out (as the C++ runner runs it)."""
+        return list(self.loader.boxed_run(list(tensors)))
 
     def get_metadata(self) -> dict[str, str]:
         return self.loader.get_metadata()
@@ -102,17 +106,37 @@ class LoadedPackage:
             raise PackageError(f"could not load the AOTI package {self.path}: {first_line}") from error
 
     def run(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Validate then run. Returns the outputs as a list."""
+        """Validate then run the package's tensor inputs, in order. Returns the flat
+        outputs, as the C++ runner does."""
         if self._compiled is None:
             raise PackageError(f"the AOTI package {self.path} was closed; load it again to run it")
         ready = validate_inputs(inputs, self.spec)
         try:
-            outputs = self._compiled(*ready)
+            return self._compiled.run_flat(ready)
         except RuntimeError as error:
             first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise PackageError(f"running the AOTI package {self.path} failed: {first_line}") from error
-        # Python gets the model's output structure back; C++ gets the flat list.
-        return pytree.tree_leaves(outputs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the package as the model is called, args and kwargs nested as at
+        export, and return the model's own output structure: a dict stays a dict, a
+        tuple a tuple, a registered dataclass (e.g. transformers' ``ModelOutput``,
+        when transformers is installed) the same type; a type that cannot be
+        rebuilt here comes back as a dict by field name.
+
+        Raises:
+            InputError: arguments of another structure, a baked-in Python value
+                other than the exported one, or tensors the spec refuses.
+            PackageError: the package was closed, or running it failed.
+        """
+        if self._compiled is None:
+            raise PackageError(f"the AOTI package {self.path} was closed; load it again to run it")
+        in_spec, out_spec = self._compiled.specs()
+        tensors = call_tensors(args, kwargs, in_spec, self.spec)
+        outputs = self.run(tensors)
+        if out_spec is not None and out_spec.num_leaves == len(outputs):
+            return pytree.tree_unflatten(outputs, out_spec)
+        return outputs_by_name(outputs, self.spec)
 
     def close(self) -> None:
         """Drop the loader, which removes the folder it extracted the package into;
@@ -125,6 +149,77 @@ class LoadedPackage:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def call_tensors(
+    args: tuple[Any, ...], kwargs: dict[str, Any], in_spec: pytree.TreeSpec | None, spec: PackageSpec
+) -> list[torch.Tensor]:
+    """The package's tensor inputs from a call as the model takes it, checked
+    against the exported call: the same structure, and the Python values torch.export
+    baked in (``spec.constant_inputs``) given as they were, or left out.
+
+    Raises:
+        InputError: what was expected, what was given, and how to fix it.
+    """
+    if in_spec is None:
+        if kwargs:
+            raise InputError(f"this package's input structure cannot be read here; pass its {len(spec.inputs)} "
+                             "tensor input(s) positionally")
+        leaves = list(args)
+    else:
+        try:
+            ordered = reorder_kwargs(kwargs, in_spec)
+        except (ValueError, AssertionError):
+            children = _children(in_spec)
+            expected = children[1].context if len(children) == 2 else []
+            raise InputError(
+                f"the package takes keyword argument(s) {_names(expected)}, got {_names(sorted(kwargs))}; "
+                "pass the keywords the model was exported with"
+            ) from None
+        leaves, given = pytree.tree_flatten((tuple(args), ordered))
+        if given != in_spec:
+            raise InputError(
+                f"the call does not have the structure the package was exported with: expected {_call_text(in_spec)}, "
+                f"got {_call_text(given)}. Pass the arguments as at export (tensor inputs: "
+                f"{', '.join(t.name or f'input {i}' for i, t in enumerate(spec.inputs))})"
+            )
+    for constant in spec.constant_inputs:
+        index = constant["index"]
+        if index < len(leaves) and not isinstance(leaves[index], torch.Tensor) and leaves[index] != constant["value"]:
+            raise InputError(
+                f"input {constant['name']} was {constant['value']!r} at export, and torch.export baked that value "
+                f"into the package; got {leaves[index]!r}. Export again with the value you need"
+            )
+    return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+
+
+def _children(spec: pytree.TreeSpec) -> list[pytree.TreeSpec]:
+    # torch 2.14 deprecates children_specs for children().
+    return list(spec.children()) if hasattr(spec, "children") else list(spec.children_specs)
+
+
+def _names(names: Any) -> str:
+    return "(" + ", ".join(str(name) for name in names) + ")" if names else "(none)"
+
+
+def _call_text(spec: pytree.TreeSpec) -> str:
+    """A call's structure in a few words: "2 positional argument(s) and keyword(s)
+    (mask)"."""
+    children = _children(spec)
+    if spec.type is not tuple or len(children) != 2:
+        return str(spec)
+    positional, keywords = children
+    return f"{positional.num_children} positional argument(s) and keyword(s) {_names(keywords.context or [])}" + (
+        f", {spec.num_leaves} leaves" if spec.num_leaves else ""
+    )
+
+
+def outputs_by_name(outputs: list[torch.Tensor], spec: PackageSpec) -> dict[str, torch.Tensor]:
+    """The outputs as a dict by the spec's names (``output_0``... where none)."""
+    names = [t.name for t in spec.outputs] if len(spec.outputs) == len(outputs) else []
+    if not all(names):
+        names = [f"output_{k}" for k in range(len(outputs))]
+    return dict(zip(names, outputs))
 
 
 def load_package(path: str | Path, spec: PackageSpec) -> LoadedPackage:

@@ -1,0 +1,532 @@
+"""The Python API: ``export`` a model to a verified AOTInductor package, ``load`` one
+(a ``.pt2`` or a bundle, under the same trust rules as the runners), and call it
+with the model's own arguments. Everything the CLIs do goes through these stages."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import AotiDeployError, InputError, PackageError, VerificationError
+from .package.spec import BITWISE, CLOSE, ULP, PackageSpec, Tolerance
+
+__all__ = ["BenchmarkResult", "Dim", "OutputCheck", "Package", "Report", "export", "load"]
+
+# torch.export's own Dim, re-exported: dynamic_shapes take it as torch.export does.
+Dim = torch.export.Dim
+
+AGAINST = ("eager", "cpp")
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """One output against its reference: whether it passed the rule, and where and
+    how far it differs (None where it does not)."""
+
+    name: str
+    passed: bool
+    identical: bool
+    num_differ: int
+    max_abs: float | None
+    max_ulp: float | None
+    first_index: tuple[int, ...] | None
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.name}: {'ok' if self.passed else 'FAILED'} ({self.detail})"
+
+
+@dataclass(frozen=True)
+class Report:
+    """A verification: each output of each checked call against its reference,
+    under ``tolerance``. ``passed`` when every one is within it."""
+
+    against: str
+    tolerance: Tolerance
+    outputs: tuple[OutputCheck, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(check.passed for check in self.outputs)
+
+    @property
+    def bit_identical(self) -> bool:
+        return all(check.identical for check in self.outputs)
+
+    def __str__(self) -> str:
+        verdict = "PASSED" if self.passed else "FAILED"
+        lines = [f"{verdict} against {self.against} ({self.tolerance.describe()})"]
+        return "\n".join(lines + [f"  {check}" for check in self.outputs])
+
+
+@dataclass(frozen=True)
+class BenchmarkResult:
+    """Latency (microseconds) per runtime, on the same inputs in one run, and each
+    runtime's p50 as a ratio to eager's (where eager ran)."""
+
+    p50_us: dict[str, float]
+    p99_us: dict[str, float]
+    iterations: int
+    threads: int
+
+    def speedup(self, runtime: str) -> float | None:
+        """Eager's p50 over ``runtime``'s (above 1: faster than eager)."""
+        if "eager" not in self.p50_us or runtime not in self.p50_us:
+            return None
+        return self.p50_us["eager"] / self.p50_us[runtime]
+
+    def table(self) -> str:
+        """A Markdown table: runtime, p50, p99, speed-up over eager."""
+        rows = ["| runtime | p50 (µs) | p99 (µs) | vs eager |", "|---|---:|---:|---:|"]
+        for runtime, p50 in self.p50_us.items():
+            speedup = self.speedup(runtime)
+            rows.append(f"| {runtime} | {p50:.1f} | {self.p99_us[runtime]:.1f} | "
+                        f"{'' if speedup is None else f'{speedup:.2f}x'} |")
+        return "\n".join(rows)
+
+
+def _tolerance(value: Tolerance | str | Mapping[str, float] | None) -> Tolerance | None:
+    """``tolerance`` as the API takes it: a Tolerance, "bitwise", "close" (torch.testing's
+    defaults), {"rtol": R, "atol": A} or {"max_ulp": N}."""
+    if value is None or isinstance(value, Tolerance):
+        return value
+    if value == BITWISE:
+        return Tolerance(BITWISE)
+    if value == CLOSE:
+        return Tolerance(CLOSE)
+    if isinstance(value, Mapping):
+        keys = set(value)
+        if keys == {"rtol", "atol"}:
+            return Tolerance(CLOSE, rtol=float(value["rtol"]), atol=float(value["atol"]))
+        if keys == {"max_ulp"} and int(value["max_ulp"]) >= 0:
+            ulp = int(value["max_ulp"])
+            return Tolerance(ULP, max_ulp=ulp) if ulp else Tolerance(BITWISE)
+    raise InputError(
+        f"tolerance {value!r} is not a rule; give 'bitwise', 'close' (torch.testing's defaults), "
+        "{'rtol': R, 'atol': A}, {'max_ulp': N} or an aoti_deploy Tolerance"
+    )
+
+
+def _module_names(modules: Iterable[str | ModuleType]) -> list[str]:
+    return [module.__name__ if isinstance(module, ModuleType) else str(module) for module in modules]
+
+
+def export(
+    model: nn.Module | torch.export.ExportedProgram,
+    args: Any,
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    dynamic_shapes: Any = None,
+    op_libraries: Sequence[str | os.PathLike[str]] = (),
+    fake_modules: Iterable[str | ModuleType] = (),
+    cpu_target: str = "native",
+    package_path: str | os.PathLike[str] | None = None,
+    check: bool = True,
+    tolerance: Tolerance | str | Mapping[str, float] | None = None,
+    input_values: Mapping[int, tuple[int, int]] | None = None,
+    allow_python_ops: bool = False,
+    device: str = "cpu",
+    force: bool = False,
+    on_stage: Callable[[str], None] | None = None,
+) -> "Package":
+    """Export ``model`` with torch.export, compile it with AOTInductor into a package
+    and verify the package against eager, as ``aoti-deploy export`` does.
+
+    Args:
+        model: an ``nn.Module``, or a ``torch.export.ExportedProgram`` (compiled as
+            it is; its ``module()`` is the eager reference).
+        args: the example positional arguments (a tuple; one tensor for a
+            one-argument model), nested as the model takes them. Python ints,
+            floats, bools and strings are baked in by torch.export; the package
+            refuses another value for them.
+        kwargs: the example keyword arguments.
+        dynamic_shapes: torch.export's own format: ``torch.export.Dim`` objects in a
+            dict by argument name, or a tuple in argument order. Every other dim is
+            static.
+        op_libraries: op libraries (``.so`` paths) whose custom ops the model calls;
+            they are loaded first and recorded in the package.
+        fake_modules: modules (or their names) that register fake kernels for those
+            ops; imported after the libraries load.
+        cpu_target: "native" (this host's every instruction) or a portable x86-64
+            level (e.g. "x86-64-v3").
+        package_path: where to write the ``.pt2``; default a new temporary folder.
+        check: compare the package with eager on the example (and, with dynamic
+            shapes, on a second shape) and raise VerificationError beyond the
+            tolerance; nothing is written then. With False, the comparison is
+            skipped: the package records no checks and ``report`` is None (call
+            ``verify`` later).
+        tolerance: the rule against eager: None (bitwise for identity models, else
+            torch.testing's defaults per dtype), "bitwise", "close",
+            {"rtol": R, "atol": A}, {"max_ulp": N} or a Tolerance. Recorded in the
+            package; the runners' eager checks use it.
+        input_values: value ranges of integer inputs (tensor input index -> (min,
+            max)) where export cannot see them; the runtimes refuse other values.
+        allow_python_ops: write a package for the Python runtime only when the graph
+            calls ops defined from Python (the C++ runner refuses it).
+        device: "cpu" (default) or "cuda".
+        force: rebuild even if ``package_path`` holds a package built from the same
+            inputs (otherwise it is reused, after the same check).
+        on_stage: called with each stage's name as it starts (progress).
+
+    Returns:
+        The verified Package; ``report`` holds the comparison against eager.
+
+    Raises:
+        VerificationError: an output differs from eager beyond the tolerance (the
+            report is on the exception's ``report``); nothing is written.
+        ExportError, CompileError, OpLibraryError, InputError, ModelError: from the
+            stages, with the same messages as the CLI.
+    """
+    from .compiler.pipeline import BuildConfig, export_and_compile
+    from .compiler.structure import CallInputs
+
+    program = model if isinstance(model, torch.export.ExportedProgram) else None
+    if program is not None:
+        eager = program.module()
+    elif isinstance(model, nn.Module):
+        eager = model
+    else:
+        raise InputError(f"model must be an nn.Module or a torch.export.ExportedProgram, got a {type(model).__name__}")
+    call = CallInputs.of(args, kwargs)
+    if package_path is None:
+        package_path = Path(tempfile.mkdtemp(prefix="aoti_deploy_")) / f"{type(eager).__name__}.pt2"
+    config = BuildConfig(
+        device=device,
+        output=Path(package_path),
+        op_libs=[Path(p) for p in op_libraries],
+        fake_modules=_module_names(fake_modules),
+        input_values=dict(input_values or {}),
+        allow_python_ops=allow_python_ops,
+        tolerance=_tolerance(tolerance),
+        cpu_target=cpu_target,
+        force=force,
+        verify=check,
+    )
+    build = export_and_compile(config, on_stage, model=eager, example=call, dynamic_shapes=dynamic_shapes,
+                               program=program)
+    report = _build_report(build) if check else None
+    if not build.written:
+        error = VerificationError(
+            f"the package differs from eager beyond the tolerance ({build.tolerance.describe()}), so it was not "
+            f"written:\n{report}\nRaise the tolerance if this is expected (tolerance={{'rtol': R, 'atol': A}}), or "
+            "find the op that differs"
+        )
+        error.report = report  # type: ignore[attr-defined]
+        raise error
+    package = Package(build.package_path, build.spec, report=report, model=eager, example=call)
+    package._libraries = list(build.op_libraries)
+    return package
+
+
+def _build_report(build: Any) -> Report:
+    checks = []
+    for label, comparison in build.checks:
+        bits = comparison.bits
+        checks.append(OutputCheck(
+            name=label, passed=comparison.passed, identical=bits.identical, num_differ=bits.num_differ,
+            max_abs=bits.max_abs_diff, max_ulp=bits.max_ulp, first_index=bits.first_index, detail=str(comparison),
+        ))
+    return Report("eager", build.tolerance, tuple(checks))
+
+
+def load(
+    path: str | os.PathLike[str],
+    *,
+    op_libraries: Sequence[str | os.PathLike[str]] | None = None,
+    fake_modules: Iterable[str | ModuleType] = (),
+    trusted_key: str | os.PathLike[str] | None = None,
+    require_signature: bool = False,
+) -> "Package":
+    """Load a ``.pt2`` package or a bundle folder into this process, under the same
+    trust rules as the runners: with a trusted key (argument, else
+    ``$AOTI_DEPLOY_TRUSTED_KEY``), only a signed bundle loads, and only after its
+    signature and every file's digest are verified; nothing native loads before.
+
+    Args:
+        path: the package or bundle.
+        op_libraries: op libraries to load (not with a bundle, which carries its
+            own). Default: the project's library if the package needs it.
+        fake_modules: modules to import after the libraries (fakes, Python ops).
+        trusted_key: a PEM EC public key that signed bundles must verify under.
+        require_signature: refuse unsigned input even without a key.
+
+    Returns:
+        The Package, loaded and callable.
+
+    Raises:
+        PackageError: the package or bundle is refused (unsigned, bad signature,
+            damaged, wrong host); OpLibraryError: a library failed to load.
+    """
+    package = Package(Path(path), None)
+    package._open(op_libraries, _module_names(fake_modules), trusted_key, require_signature)
+    return package
+
+
+class Package:
+    """A compiled, verified package: call it like the model, inspect its ``spec``,
+    verify it, bundle it, serve it. Loaded into this process on first call."""
+
+    def __init__(
+        self,
+        path: Path,
+        spec: PackageSpec | None,
+        *,
+        report: Report | None = None,
+        model: nn.Module | None = None,
+        example: Any = None,
+    ) -> None:
+        self.path = Path(path)
+        self._spec = spec
+        self.report = report  # the comparison with eager made at export
+        self._model = model
+        self._example = example
+        self._loaded: Any = None
+        self._session: Any = None
+        self._trusted_key: str | os.PathLike[str] | None = None
+        self._require_signature = False
+        self._libraries: list[Path] = []
+
+    def __repr__(self) -> str:
+        return f"Package({str(self.path)!r})"
+
+    @property
+    def spec(self) -> PackageSpec:
+        """What the package records: inputs and outputs (names, dtypes, dynamic
+        ranges, value ranges), the op libraries, the CPU target, the tolerance."""
+        if self._spec is None:
+            from .package.archive import read_package_spec
+
+            self._spec = read_package_spec(self.path)
+        return self._spec
+
+    def _open(self, op_libraries: Sequence[str | os.PathLike[str]] | None, fake_modules: list[str],
+              trusted_key: str | os.PathLike[str] | None = None, require_signature: bool = False) -> None:
+        from .runtime.session import open_session
+        from .runtime.trust import trust_policy
+
+        session = open_session(self.path, op_libraries=list(op_libraries or []), fake_modules=fake_modules,
+                               policy=trust_policy(trusted_key, require_signature))
+        if session.onnx:
+            session.close()
+            raise PackageError(f"{self.path} is an ONNX file; aoti_deploy.load takes a .pt2 package or a bundle")
+        self._session, self._loaded, self._spec = session, session.model, session.spec
+        self._trusted_key, self._require_signature = trusted_key, require_signature
+        self._libraries = session.libraries or self._libraries
+
+    def _runtime(self) -> Any:
+        if self._loaded is None:
+            self._open(self._libraries or None, [])
+        return self._loaded
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the package in this process with the model's own arguments (args and
+        kwargs, nested as at export). Returns the model's own output structure: a
+        dict stays a dict, a tuple a tuple, a ModelOutput or other registered
+        dataclass the same type where its module imports here, else a dict by
+        field name.
+
+        Raises:
+            InputError: arguments the package does not take (structure, dtype,
+                shape, an index out of its recorded range), with what was expected.
+        """
+        return self._runtime()(*args, **kwargs)
+
+    def run(self, tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """The package's tensor inputs in order (as a tensor file holds them) in, its
+        flat outputs out: what the C++ runner and Triton see."""
+        from .runtime.aoti import to_package_device
+
+        return self._runtime().run(to_package_device(list(tensors), self.spec))
+
+    def flat_inputs(self, args: Any, kwargs: Mapping[str, Any] | None = None) -> list[torch.Tensor]:
+        """The tensors a call passes to the package, in the package's order (what a
+        tensor file for the C++ runner holds)."""
+        from .compiler.structure import CallInputs
+        from .runtime.aoti import call_tensors
+
+        call = CallInputs.of(args, kwargs)
+        in_spec, _ = self._runtime()._compiled.specs()
+        return call_tensors(call.args, call.kwargs, in_spec, self.spec)
+
+    def verify(
+        self,
+        args: Any,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        against: str = "eager",
+        model: nn.Module | None = None,
+        tolerance: Tolerance | str | Mapping[str, float] | None = None,
+    ) -> Report:
+        """Compare this package's outputs for a call with a reference.
+
+        Args:
+            args, kwargs: the call, as the model takes it.
+            against: "eager" (the model, under the package's recorded tolerance
+                unless ``tolerance`` is given) or "cpp" (the C++ runner as a
+                process, on the same tensors: bitwise, as runtimes of one package
+                must agree).
+            model: the eager model; default the one this package was exported from.
+
+        Returns:
+            The Report (it does not raise on a difference: check ``passed``).
+        """
+        from .compiler.structure import CallInputs
+        from .models.user import flatten_outputs
+        from .verify.tolerance import compare
+
+        if against not in AGAINST:
+            raise InputError(f"against={against!r}: expected one of {', '.join(AGAINST)}")
+        call = CallInputs.of(args, kwargs)
+        tensors = self.flat_inputs(call.args, call.kwargs)
+        outputs = self.run(tensors)
+        if against == "eager":
+            model = model if model is not None else self._model
+            if model is None:
+                raise InputError("verify(against='eager') needs the eager model: pass model=...")
+            rule = _tolerance(tolerance) or self.spec.eager_check or Tolerance(CLOSE)
+            if isinstance(model, nn.Module) and not isinstance(model, torch.fx.GraphModule):
+                model = model.eval()  # an ExportedProgram's module() refuses eval()
+            with torch.no_grad():
+                references = flatten_outputs(call.call(model))
+        else:
+            rule = _tolerance(tolerance) or Tolerance(BITWISE)
+            references = self._run_cpp(tensors)
+        if len(references) != len(outputs):
+            raise VerificationError(f"the package returned {len(outputs)} output(s), the {against} reference "
+                                    f"{len(references)}")
+        names = [t.name or f"output_{k}" for k, t in enumerate(self.spec.outputs)] if self.spec.outputs else []
+        checks = []
+        for k, (actual, expected) in enumerate(zip(outputs, references)):
+            comparison = compare(actual, expected.to(actual.device), rule)
+            bits = comparison.bits
+            checks.append(OutputCheck(
+                name=names[k] if k < len(names) else f"output_{k}", passed=comparison.passed,
+                identical=bits.identical, num_differ=bits.num_differ, max_abs=bits.max_abs_diff,
+                max_ulp=bits.max_ulp, first_index=bits.first_index, detail=str(comparison),
+            ))
+        return Report(against, rule, tuple(checks))
+
+    def _cpp_command(self, runner: str | os.PathLike[str] | None) -> list[str]:
+        """aoti_runner on this package, under the trust options it was loaded with
+        (a bundle brings its own op libraries)."""
+        from .locate import runner_path
+        from .package.bundle import is_bundle
+
+        command = [str(runner_path(runner)), str(self.path)]
+        if not is_bundle(self.path):
+            command += [str(path) for path in self._libraries]
+        if self._trusted_key is not None:
+            command += ["--trusted-key", str(self._trusted_key)]
+        return command + (["--require-signature"] if self._require_signature else [])
+
+    def _run_cpp(self, tensors: list[torch.Tensor], runner: str | os.PathLike[str] | None = None) -> list[torch.Tensor]:
+        """The C++ runner's outputs for these tensors (a process, no Python in it)."""
+        from .runtime.tensor_files import load_tensors, save_tensors
+
+        with tempfile.TemporaryDirectory(prefix="aoti_deploy_cpp_") as folder:
+            inputs, outputs = Path(folder) / "inputs.pt", Path(folder) / "outputs.pt"
+            save_tensors(inputs, [x.cpu() for x in tensors])
+            result = subprocess.run(self._cpp_command(runner) + ["--inputs", str(inputs), "--outputs", str(outputs)],
+                                    capture_output=True, text=True, timeout=600)
+            if result.returncode != 0:
+                raise PackageError(f"aoti_runner failed (exit {result.returncode}): "
+                                   f"{(result.stderr or result.stdout).strip()}")
+            return load_tensors(outputs)
+
+    def bundle(self, directory: str | os.PathLike[str], *, sign_key: str | os.PathLike[str] | None = None,
+               op_libraries: Sequence[str | os.PathLike[str]] = ()) -> Path:
+        """Write a deploy bundle (the package and the op libraries it records),
+        signed with OpenSSF Model Signing if ``sign_key`` (a PEM EC private key) is
+        given. Returns the bundle folder."""
+        from .package.bundle import write_bundle
+
+        return write_bundle(self.path, list(op_libraries) or self._libraries, directory, sign_key)
+
+    def to_triton(self, repository: str | os.PathLike[str], name: str | None = None, **config: Any) -> Path:
+        """Write the package into a Triton model repository as ``name`` (default: the
+        package's file name); ``config`` takes write_repository's options (version,
+        instances, dynamic_batching, max_queue_delay_us, sign_key, trusted_key,
+        op_libraries, intra_op_threads). Returns the model's folder."""
+        from .serve.triton_repository import default_model_name, write_repository
+
+        config.setdefault("op_libraries", self._libraries)
+        written = write_repository(self.path, repository, name=name or default_model_name(self.path), **config)
+        return written.config_path.parent
+
+    def benchmark(
+        self,
+        args: Any,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        model: nn.Module | None = None,
+        iterations: int = 100,
+        warmup: int = 10,
+        cpp: bool = True,
+        threads: int | None = None,
+    ) -> BenchmarkResult:
+        """Time eager (when the model is known), this package in the Python runtime
+        and in the C++ runner (timing inside its process), on the same inputs, in
+        one run. Returns the latencies as data."""
+        from .bench.benchmark import time_calls
+        from .compiler.structure import CallInputs
+
+        if iterations < 1 or warmup < 0:
+            raise InputError("iterations must be >= 1 and warmup >= 0")
+        call = CallInputs.of(args, kwargs)
+        model = model if model is not None else self._model
+        threads = threads or torch.get_num_threads()
+        p50: dict[str, float] = {}
+        p99: dict[str, float] = {}
+        if model is not None:
+            with torch.no_grad():
+                latency = time_calls(lambda: call.call(model), iterations, warmup)
+            p50["eager"], p99["eager"] = latency.p50, latency.p99
+        tensors = self.flat_inputs(call.args, call.kwargs)
+        runtime = self._runtime()
+        latency = time_calls(lambda: runtime.run(tensors), iterations, warmup)
+        p50["python runtime"], p99["python runtime"] = latency.p50, latency.p99
+        if cpp:
+            p50["C++ runner"], p99["C++ runner"] = self._bench_cpp(tensors, iterations, warmup)
+        return BenchmarkResult(p50, p99, iterations, threads)
+
+    def _bench_cpp(self, tensors: list[torch.Tensor], iterations: int, warmup: int) -> tuple[float, float]:
+        import json
+
+        from .runtime.tensor_files import save_tensors
+
+        with tempfile.TemporaryDirectory(prefix="aoti_deploy_bench_") as folder:
+            inputs, out = Path(folder) / "inputs.pt", Path(folder) / "bench.json"
+            save_tensors(inputs, [x.cpu() for x in tensors])
+            started = time.perf_counter()
+            result = subprocess.run(
+                self._cpp_command(None) + ["--inputs", str(inputs), "--bench", str(iterations), "--warmup",
+                                           str(warmup), "--bench-json", str(out)],
+                capture_output=True, text=True, timeout=max(600, 10 * iterations),
+            )
+            if result.returncode != 0:
+                raise AotiDeployError(f"aoti_runner --bench failed (exit {result.returncode}, "
+                                      f"{time.perf_counter() - started:.0f} s): {(result.stderr or result.stdout).strip()}")
+            data = json.loads(out.read_text())
+        return float(data["p50_us"]), float(data["p99_us"])
+
+    def close(self) -> None:
+        """Unload the package (and remove a verified bundle's private copy)."""
+        if self._session is not None:
+            self._session.close()
+        self._session = self._loaded = None
+
+    def __enter__(self) -> "Package":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
