@@ -385,8 +385,7 @@ int verify_outputs(const Options& options, const aoti_runner::PackageSpec& spec,
     std::vector<Comparison> comparisons;
     for (size_t i = 0; i < outputs.size(); ++i) {
       comparisons.push_back(compare(outputs[i], check.references[i], check.tolerance));
-      std::cout << "verify: " << tensor_label("output", i, spec.outputs) << " vs " << check.reference_name << "["
-                << i << "] ("
+      std::cout << "verify: output[" << i << "] vs " << check.reference_name << "[" << i << "] ("
                 << comparisons.back().rule() << "): " << comparisons.back().line() << "\n";
     }
     std::cout << check.name << ": " << verdict_line(comparisons) << "\n";

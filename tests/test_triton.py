@@ -266,16 +266,16 @@ def test_dynamic_batching_merges_concurrent_requests(served: Served) -> None:
 
 
 BAD_REQUESTS = {
-    # model, inputs, words the error must hold
+    # model, inputs, words the error must hold ({0}, {1}: the model's input names)
     "wrong dtype": (DYNAMIC, [torch.zeros(2, 3, 4, 4, dtype=torch.float64)], "data-type is 'FP64'"),
     "wrong rank": (DEMO, [torch.zeros(2, 3, 8)], "Expected [2,3,8,12], got [2,3,8]"),
     "dim out of range": (DYNAMIC, [torch.zeros(1, 3, 65, 4)], "dim 2 expected a size in [1, 64], got 65"),
-    "missing input": (PAIR, [torch.zeros(2, 16)], "INPUT__1"),
-    "unequal shared dims": (PAIR, [torch.zeros(2, 16), torch.zeros(3, 16)], "dim 0 must equal input[0] dim 0"),
+    "missing input": (PAIR, [torch.zeros(2, 16)], "'{1}'"),
+    "unequal shared dims": (PAIR, [torch.zeros(2, 16), torch.zeros(3, 16)], "dim 0 must equal input[0]"),
     "unequal shared dims, by name": (NAMED, [torch.zeros(2, 16), torch.zeros(3, 16)],
                                      "input[1] (y): dim 0 must equal input[0] (x) dim 0"),
     "missing input, by name": (NAMED, [torch.zeros(2, 16)], "'y'"),
-    "empty batch": (DYNAMIC, [torch.zeros(0, 3, 4, 4)], "byte size mismatch for input 'INPUT__0'"),
+    "empty batch": (DYNAMIC, [torch.zeros(0, 3, 4, 4)], "byte size mismatch for input '{0}'"),
 }
 
 
@@ -287,6 +287,7 @@ def test_a_bad_request_gets_its_own_error_and_the_server_keeps_serving(case: str
     url = served.server.grpc_url if protocol == "grpc" else served.server.http_url
     with pytest.raises(triton_server.ServingError) as error:
         triton_server.infer(url, protocol, model, inputs)
+    words = words.format(*triton_server.model_tensor_names(served.server.http_url, model).inputs)
     assert words in str(error.value)
     good = model_inputs(DEMO, "random", seed=9)
     assert same_bits(triton_server.infer(url, protocol, DEMO, good), good)

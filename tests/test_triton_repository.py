@@ -22,6 +22,7 @@ from aoti_deploy.serve.triton_repository import (
     CONFIG_NAME,
     config_text,
     default_model_name,
+    served_name,
     triton_config,
     write_repository,
 )
@@ -326,8 +327,9 @@ def test_write_repository_layout(compiled_package: CompiledPackage, op_library: 
     parsed = parse(written.config_path.read_text())
     # The suite's package: [2, 3, 8, 12] float32, static, so not batched.
     assert parsed.max_batch_size == 0 and list(parsed.input[0].dims) == [2, 3, 8, 12]
-    assert written.inputs[0] == ("INPUT__0", "TYPE_FP32", (2, 3, 8, 12))
-    assert written.outputs[0] == ("OUTPUT__0", "TYPE_FP32", (2, 3, 8, 12))
+    # Served by the names the spec records, else INPUT__0/OUTPUT__0.
+    assert written.inputs[0] == (served_name(spec.inputs, 0, "INPUT__"), "TYPE_FP32", (2, 3, 8, 12))
+    assert written.outputs[0] == (served_name(spec.outputs, 0, "OUTPUT__"), "TYPE_FP32", (2, 3, 8, 12))
 
     # Again, from the written bundle, as another model: the bundle's own libraries go in.
     again = write_repository(written.bundle, repository, name=default_model_name(written.bundle))
@@ -382,7 +384,9 @@ def test_cli_writes_and_summarises(compiled_package: CompiledPackage, op_library
     assert result.exit_code == 0, result.output
     # The default name is the package file's stem.
     assert (repository / "model" / CONFIG_NAME).is_file() and (repository / "model" / "1" / "model.pt2").is_file()
-    for words in ("Triton model model, version 1", "INPUT__0", "OUTPUT__0", "TYPE_FP32", "[2, 3, 8, 12]",
+    spec = read_package_spec(compiled_package.path)
+    input_name, output_name = served_name(spec.inputs, 0, "INPUT__"), served_name(spec.outputs, 0, "OUTPUT__")
+    for words in ("Triton model model, version 1", input_name, output_name, "TYPE_FP32", "[2, 3, 8, 12]",
                   "max_batch_size: 0", "instances: 2 x KIND_CPU", "signed: no",
                   f"wrote {repository / 'model' / CONFIG_NAME}", "--model-repository", "--backend-directory",
                   f"aoti-deploy serve --repository {repository} --model model"):

@@ -205,8 +205,7 @@ def run_inference(
             continue
         try:
             comparisons = [
-                (f"verify: {tensor_label('output', i, spec.outputs)} vs {check.reference_name}[{i}]",
-                 compare(result, reference, check.tolerance))
+                (f"verify: output[{i}] vs {check.reference_name}[{i}]", compare(result, reference, check.tolerance))
                 for i, (result, reference) in enumerate(zip(results, check.references))
             ]
         except Exception as error:  # e.g. tensors of a width with no integer twin: exit 2, not 1
