@@ -773,9 +773,13 @@ def test_an_index_out_of_range_fails_its_request_alone(served: Served, lookup_pa
         requests = [list(lookup_inputs(batch=1, seed=300 + i)) for i in range(8)]
         requests[2][0][0, 3] = 5000
         requests[5][3][0, 1] = -10
+        from aoti_deploy.package.spec import tensor_label
+
+        specs = read_package_spec(lookup_package.path).inputs  # named by the spec, when it records names
         bad = {
-            2: "input[0]: value 5000 at [0, 3] is outside [0, 999] (this input indexes: embedding rows 0..999).",
-            5: "input[3]: value -10 at [0, 1] is outside [-9, 8]",
+            2: f"{tensor_label('input', 0, specs)}: value 5000 at [0, 3] is outside [0, 999] (this input indexes: "
+               "embedding rows 0..999).",
+            5: f"{tensor_label('input', 3, specs)}: value -10 at [0, 1] is outside [-9, 8]",
         }
         before = triton_server.model_statistics(served.server.http_url, name)
         results = send_concurrently(served, name, requests)
