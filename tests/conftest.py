@@ -306,3 +306,72 @@ def legacy_package(source: Path, target: Path) -> Path:
         "shared_dims": ";".join(",".join(f"{i}.{d}" for i, d in group) for group in spec.shared_dims),
     }
     return rewrite_metadata(source, target, {SPEC_KEY: None, **{f"aoti_deploy.{k}": v for k, v in entries.items()}})
+
+
+# --- the model zoo (tests/test_zoo.py, tests/test_triton.py) -------------------------
+
+def _zoo_factories() -> dict:
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    from examples.hf_models import FACTORIES
+
+    return FACTORIES
+
+
+TEXT = ("bert", "gpt2", "t5_encoder")
+IMAGES = ("vit", "resnet")
+ZOO = TEXT + IMAGES
+# The inputs and the first outputs each package must be named by.
+NAMES = {
+    "bert": (["input_ids", "attention_mask"], ["last_hidden_state", "pooler_output"]),
+    "gpt2": (["input_ids", "attention_mask"], ["logits"]),
+    "t5_encoder": (["input_ids", "attention_mask"], ["last_hidden_state"]),
+    "vit": (["pixel_values"], ["last_hidden_state", "pooler_output"]),
+    "resnet": (["pixel_values"], ["last_hidden_state", "pooler_output"]),
+}
+
+
+@dataclass
+class ZooModel:
+    name: str
+    model: torch.nn.Module
+    kwargs: dict[str, torch.Tensor]
+    package: object  # an aoti_deploy.Package
+
+
+def _dynamic_shapes(name: str, kwargs: dict[str, torch.Tensor]) -> dict[str, dict[int, object]]:
+    import aoti_deploy as ad
+
+    batch = ad.Dim("batch", min=1, max=8)
+    if name in TEXT:
+        sequence = ad.Dim("sequence", min=2, max=64)
+        return {key: {0: batch, 1: sequence} for key in kwargs}
+    return {"pixel_values": {0: batch}}
+
+
+@pytest.fixture(scope="session")
+def zoo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ZooModel]:
+    """The zoo's packages, exported through the API once per session (one compile
+    each), shared by tests/test_zoo.py and the Triton tests."""
+    require_transformers()
+    out = tmp_path_factory.mktemp("zoo")
+    import aoti_deploy
+
+    factories = _zoo_factories()
+    built = {}
+    for name in ZOO:
+        model, kwargs = factories[name](keywords=True)
+        package = aoti_deploy.export(model, (), kwargs, dynamic_shapes=_dynamic_shapes(name, kwargs),
+                                     package_path=out / f"{name}.pt2")
+        built[name] = ZooModel(name, model, kwargs, package)
+    return built
+
+
+def zoo_other_shape(name: str) -> dict[str, torch.Tensor]:
+    """Inputs at another batch and sequence (or image batch) than the example."""
+    factories = _zoo_factories()
+    _, kwargs = factories[name](batch=3, sequence=7, seed=5, keywords=True) if name in TEXT else \
+        factories[name](batch=3, seed=5, keywords=True)
+    return kwargs
+
+

@@ -38,7 +38,8 @@ def test_export_compile_happy_path(compiled_package):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--dtype", "int8"], "Invalid value for '--dtype'"),
+        (["--dtype", "int4"], "Invalid value for '--dtype'"),
+        (["--dtype", "int8"], "--dtype int8 applies to the inputs of a model given with --model"),
         (["--channels", "0"], "Invalid value for '--channels'"),
         (["--device", "tpu"], "Invalid value for '--device'"),
         (["--batch", "two"], "Invalid value for '--batch'"),
@@ -98,7 +99,7 @@ def test_run_inference_mismatch_exits_1(compiled_package, op_library, tmp_path):
 @pytest.mark.parametrize(
     "content, message",
     [
-        (lambda: [torch.randn(2, 3, 8, 13)], "input[0]: dim 3 expected 12, got 13"),
+        (lambda: [torch.randn(2, 3, 8, 13)], "input[0] (x): dim 3 expected 12, got 13"),
         (lambda: [torch.randn(2, 3, 8, 12).double()], "expected dtype float32, got float64"),
         (lambda: [torch.randn(2, 3, 8, 12), "x"], "element 1 is of type str, expected a tensor"),
     ],
@@ -370,7 +371,7 @@ def test_input_shape_draws_the_same_random_inputs_in_both_runtimes(dynamic_packa
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--input-shape", "9,3,8,8"], "--input-shape: input[0]: dim 0 expected a size in [1, 8], got 9"),
+        (["--input-shape", "9,3,8,8"], "--input-shape: input[0] (x): dim 0 expected a size in [1, 8], got 9"),
         (["--input-shape", "2,3,8,8", "--input-shape", "4"],
          "--input-shape: wrong number of inputs: the package expects 1, got 2. Give one --input-shape per input"),
         (["--input-shape", "2,3,x,8"], "--input-shape '2,3,x,8': expected comma-separated sizes"),

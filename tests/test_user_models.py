@@ -145,8 +145,8 @@ def test_scale_shift_dynamic_batch_in_both_runtimes(scale_shift, build, tmp_path
 @pytest.mark.parametrize(
     "tensors, message",
     [
-        ([torch.randn(65, 16), torch.randn(16)], "input[0]: dim 0 expected a size in [1, 64], got 65"),
-        ([torch.randn(4, 16), torch.randn(15)], "input[1]: dim 0 expected 16, got 15"),
+        ([torch.randn(65, 16), torch.randn(16)], "input[0] (x): dim 0 expected a size in [1, 64], got 65"),
+        ([torch.randn(4, 16), torch.randn(15)], "input[1] (y): dim 0 expected 16, got 15"),
         ([torch.randn(4, 16)], "wrong number of inputs: the package expects 2, got 1"),
     ],
 )
@@ -455,7 +455,7 @@ def test_shared_dynamic_dim_and_nested_outputs_in_both_runtimes(pair, build, tmp
     assert read_package_spec(pair.path).shared_dims == [[(0, 0), (1, 0)]]
     # Each size in range, but not the same: the compiled code would read out of bounds.
     bad = save_tensors(tmp_path / "bad.pt", [torch.randn(11, 5), torch.randn(12, 5)])
-    message = "input[1]: dim 0 must equal input[0] dim 0 (the package compiled them as one dynamic size), got 12 and 11."
+    message = "input[1] (y): dim 0 must equal input[0] (x) dim 0 (the package compiled them as one dynamic size), got 12 and 11."
     py = CliRunner().invoke(run_inference_app, [str(pair.path), "--inputs", str(bad)])
     cpp = run_cmd(build.runner, pair.path, "--inputs", bad)
     assert py.exit_code == 2 and message in py.output, py.output

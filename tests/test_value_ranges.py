@@ -35,9 +35,13 @@ PICKS = ValueRange(0, 6, "gather along dim 1 of size 7")
 SLOTS = ValueRange(-9, 8, "tensor indexing of dim 0 of size 9, negatives wrap")
 
 
+# LookupModel's forward arguments: the package names its inputs by them.
+LOOKUP_NAMES = ("ids", "rows", "picks", "slots")
+
+
 def line(i: int, value: int, position: tuple[int, int], allowed: ValueRange) -> str:
-    return (f"input[{i}]: value {value} at {list(position)} is outside {allowed} (this input indexes: {allowed.why}). "
-            f"Pass values in {allowed}.")
+    return (f"input[{i}] ({LOOKUP_NAMES[i]}): value {value} at {list(position)} is outside {allowed} (this input "
+            f"indexes: {allowed.why}). Pass values in {allowed}.")
 
 
 # input, position, value: each refused by both runners with its line.
@@ -140,6 +144,7 @@ def test_in_range_ids_at_every_bound_run_with_eagers_bits(lookup_package: UserPa
 def test_a_bad_value_is_refused_with_one_line_by_both(case: str, lookup_package: UserPackage, build: Build,
                                                       tmp_path: Path) -> None:
     i, position, value, allowed = BAD_VALUES[case]
+    assert tuple(t.name for t in read_package_spec(lookup_package.path).inputs) == LOOKUP_NAMES
     inputs = list(lookup_inputs())
     inputs[i][position] = value
     py, cpp = _run_both(build, lookup_package.path, tmp_path, save_tensors(tmp_path / "in.pt", inputs))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,55 +24,8 @@ if str(REPO_ROOT) not in sys.path:
 
 import aoti_deploy as ad  # noqa: E402
 from aoti_deploy.runtime.tensor_files import save_tensors  # noqa: E402
-from examples.hf_models import FACTORIES, VOCAB  # noqa: E402
-
-TEXT = ("bert", "gpt2", "t5_encoder")
-IMAGES = ("vit", "resnet")
-ZOO = TEXT + IMAGES
-# The inputs and the first outputs each package must be named by.
-NAMES = {
-    "bert": (["input_ids", "attention_mask"], ["last_hidden_state", "pooler_output"]),
-    "gpt2": (["input_ids", "attention_mask"], ["logits"]),
-    "t5_encoder": (["input_ids", "attention_mask"], ["last_hidden_state"]),
-    "vit": (["pixel_values"], ["last_hidden_state", "pooler_output"]),
-    "resnet": (["pixel_values"], ["last_hidden_state", "pooler_output"]),
-}
-
-
-@dataclass
-class ZooModel:
-    name: str
-    model: torch.nn.Module
-    kwargs: dict[str, torch.Tensor]
-    package: ad.Package
-
-
-def _dynamic_shapes(name: str, kwargs: dict[str, torch.Tensor]) -> dict[str, dict[int, object]]:
-    batch = ad.Dim("batch", min=1, max=8)
-    if name in TEXT:
-        sequence = ad.Dim("sequence", min=2, max=64)
-        return {key: {0: batch, 1: sequence} for key in kwargs}
-    return {"pixel_values": {0: batch}}
-
-
-@pytest.fixture(scope="session")
-def zoo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ZooModel]:
-    out = tmp_path_factory.mktemp("zoo")
-    built = {}
-    for name in ZOO:
-        model, kwargs = FACTORIES[name](keywords=True)
-        package = ad.export(model, (), kwargs, dynamic_shapes=_dynamic_shapes(name, kwargs),
-                            package_path=out / f"{name}.pt2")
-        built[name] = ZooModel(name, model, kwargs, package)
-    return built
-
-
-def _other_shape(name: str) -> dict[str, torch.Tensor]:
-    """Inputs at another batch and sequence (or image batch) than the example."""
-    _, kwargs = FACTORIES[name](batch=3, sequence=7, seed=5, keywords=True) if name in TEXT else \
-        FACTORIES[name](batch=3, seed=5, keywords=True)
-    return kwargs
-
+from conftest import NAMES, TEXT, ZOO, ZooModel, zoo_other_shape as _other_shape  # noqa: E402
+from examples.hf_models import VOCAB  # noqa: E402
 
 @pytest.mark.parametrize("name", ZOO)
 def test_export_passes_against_eager_at_two_shapes(zoo: dict[str, ZooModel], name: str) -> None:
