@@ -79,3 +79,27 @@ def embedding_model(vocab: int = 1000, width: int = 128) -> tuple[nn.Module, tup
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(5)
     return EmbeddingModel(vocab, width), (torch.randint(0, vocab, (2, 64), generator=generator),)
+
+
+class MaskedMeanModel(nn.Module):
+    """Token ids [B, T] and a 0/1 mask [B, T] (any integer dtype): the mean of the
+    embeddings of the unmasked tokens, then a linear layer. The ids index the
+    embedding, so export records their range; the mask indexes nothing."""
+
+    def __init__(self, vocab: int = 1000, width: int = 32) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, width)
+        self.head = nn.Linear(width, 4)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        keep = (mask != 0).unsqueeze(-1).to(self.embedding.weight.dtype)
+        summed = (self.embedding(ids) * keep).sum(dim=1)
+        return self.head(summed / keep.sum(dim=1).clamp(min=1.0))
+
+
+def masked_mean_model(vocab: int = 1000, width: int = 32) -> nn.Module:
+    """The module only, for random integer inputs: --dtype int64 --input-shape 2,16
+    --input-shape 2,16 --input-values 0=0:999 (the mask draws 0 and 1)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return MaskedMeanModel(vocab, width)

@@ -96,3 +96,28 @@ def affine_pair_model(scale: float = 0.5, shift: float = 1.0) -> nn.Module:
     """The module only: --input-shape B,F twice and --dynamic-dim 0.0,1.0=MIN:MAX, with
     --op-lib build/libextra_ops.so --fake-module examples.extra_ops_fakes."""
     return AffinePairModel(scale, shift)
+
+
+class KeywordModel(nn.Module):
+    """Inputs as torch.export takes them, through the CLI: a tensor, a dict of
+    tensors, a Python float (baked in) and a keyword-only mask; the package takes
+    its three tensors flat, in order (features, extras_bias, mask)."""
+
+    def __init__(self, features: int = 6) -> None:
+        super().__init__()
+        self.proj = nn.Linear(features, features)
+
+    def forward(self, features: torch.Tensor, extras: dict[str, torch.Tensor], scale: float, *,
+                mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        hidden = self.proj(features * scale + extras["bias"]) * mask.unsqueeze(-1)
+        return {"hidden": hidden, "total": hidden.sum(dim=-1)}
+
+
+def keyword_model(features: int = 6) -> tuple[nn.Module, tuple[object, ...], dict[str, torch.Tensor]]:
+    """(module, args, kwargs): batch 3 of 5 tokens; --dynamic-dim 0.0,1.0,2.0=1:8
+    makes the batch of all three tensors dynamic."""
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(2)
+    args = (torch.randn(3, 5, features, generator=generator),
+            {"bias": torch.randn(3, 5, features, generator=generator)}, 0.5)
+    return KeywordModel(features).eval(), args, {"mask": (torch.rand(3, 5, generator=generator) > 0.3).float()}

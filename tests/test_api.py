@@ -262,3 +262,21 @@ def test_scorer_model_is_importable() -> None:
     args, kwargs = example_call()
     out = Scorer().eval()(*args, **kwargs)
     assert set(out) == {"scores", "pooled"}
+
+
+def test_inductor_configs_are_checked_recorded_and_shown_by_both_inspectors(tmp_path: Path, build: Build) -> None:
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)).eval()
+    x = torch.randn(2, 8)
+    with pytest.raises(ad.InputError, match="did you mean freezing"):
+        ad.export(model, (x,), inductor_configs={"freezng": True}, package_path=tmp_path / "bad.pt2")
+    with pytest.raises(ad.InputError, match="set by the toolkit itself"):
+        ad.export(model, (x,), inductor_configs={"aot_inductor.metadata": "x"}, package_path=tmp_path / "bad.pt2")
+    package = ad.export(model, (x,), inductor_configs={"freezing": True, "cpp.threads": 2},
+                        package_path=tmp_path / "frozen.pt2")
+    assert package.report.passed, str(package.report)
+    assert package.spec.inductor_configs == {"freezing": True, "cpp.threads": 2}
+    assert dict(package.spec.describe())["inductor configs"] == "cpp.threads=2, freezing=true"
+    cpp = subprocess.run([str(build.runner), str(package.path), "--inspect"], capture_output=True, text=True, timeout=120)
+    assert cpp.returncode == 0, cpp.stderr
+    assert "inductor configs: cpp.threads=2, freezing=true" in cpp.stdout.splitlines()
+    assert package.verify((torch.randn(2, 8),), against="cpp").bit_identical

@@ -178,7 +178,8 @@ def test_inspect_package_table_and_json_match_the_cpp_runner(build, dynamic_pack
     assert as_json.exit_code == 0, as_json.output
     data = json.loads(as_json.output)
     assert data["inputs"] == [{"dtype": "float32", "dims": [{"min": 1, "max": 8}, {"min": 3, "max": 3},
-                                                              {"min": 1, "max": 64}, {"min": 1, "max": 64}]}]
+                                                              {"min": 1, "max": 64}, {"min": 1, "max": 64}],
+                               "name": "x"}]
     assert data["required_ops"] == [{"name": "my_ops::identity_conv_op", "overload": "default"}]
     assert data["required_classes"] == ["my_ops::IdentityConvClass"]
     assert data["aoti"]["AOTI_CPU_ISA"]
@@ -195,7 +196,7 @@ def test_inspect_package_table_and_json_match_the_cpp_runner(build, dynamic_pack
     assert cpp_rows == read_package_spec(dynamic_package).describe()
     assert dict(cpp_rows)["input[0]"] == "[1..8, 3, 1..64, 1..64] float32"
     assert cpp_rows[1] == ("output[0]", "[1..8, 3, 1..64, 1..64] float32")  # an identity, right after the inputs
-    assert data["outputs"] == data["inputs"]
+    assert data["outputs"] == [{**data["inputs"][0], "name": "output"}]
     assert dict(cpp_rows)["cpu isa"] == data["aoti"]["AOTI_CPU_ISA"]
     for name, value in cpp_rows:
         assert name in table.output and value in table.output

@@ -23,7 +23,7 @@ from aoti_deploy.package.spec import OpRef
 from aoti_deploy.runtime.tensor_files import load_tensors, save_tensors
 from aoti_deploy.cli.parsing import parse_dynamic_dim, parse_model_args
 from aoti_deploy.models.user import flatten_outputs, load_model
-from aoti_deploy.verify.bits import compare_bits, ulp_distance
+from aoti_deploy.verify.bits import bit_view, compare_bits, ulp_distance
 from aoti_deploy.verify.tolerance import BITWISE, ULP, Tolerance, compare
 
 RUN_INFERENCE = Path(sys.executable).parent / "run_inference"
@@ -361,10 +361,12 @@ def test_output_count_mismatch_is_reported_alike(scale_shift, build, tmp_path):
     assert line in py_out and line in cpp_out and "FAILED" in py_out and "FAILED" in cpp_out
 
 
-def test_random_inputs_only_for_float_dtypes_in_both_runtimes(build, tmp_path):
-    """The same refusal, word for word, from both runtimes' random-input makers. (A
-    package whose spec merely claims an int64 input is refused earlier, by the check of
-    the spec against the compiled model; so this runs the two makers on the spec.)"""
+def test_random_inputs_refuse_complex_dtypes_alike_in_both_runtimes(build, tmp_path):
+    """The same refusal, word for word, from both runtimes' random-input makers: complex
+    inputs have no random values (integer and bool ones draw 0 or 1, or their recorded
+    value range). (A package whose spec merely claims a complex input is refused
+    earlier, by the check of the spec against the compiled model; so this runs the two
+    makers on the spec.)"""
     import json
 
     from aoti_deploy.errors import AotiDeployError
@@ -373,16 +375,16 @@ def test_random_inputs_only_for_float_dtypes_in_both_runtimes(build, tmp_path):
 
     dims = lambda *ranges: [{"min": low, "max": high} for low, high in ranges]  # noqa: E731
     document = {"schema_version": 2, "inputs": [{"dtype": "int64", "dims": dims((1, 64), (16, 16))},
-                                                 {"dtype": "float32", "dims": dims((16, 16))}]}
+                                                 {"dtype": "complex64", "dims": dims((16, 16))}]}
     with pytest.raises(AotiDeployError) as python_error:
         make_random_inputs(parse_document(document), 0)
     vectors = tmp_path / "vectors.json"
-    vectors.write_text(json.dumps({"vectors": [{"name": "int", "spec": document, "seed": 0}]}))
+    vectors.write_text(json.dumps({"vectors": [{"name": "complex", "spec": document, "seed": 0}]}))
     cpp = run_cmd(build.dir / "contract_vectors", "random", vectors)
     assert cpp.returncode == 0, cpp.stderr
-    cpp_verdict = json.loads(cpp.stdout)["int"]
-    message = ("cannot generate a random input of dtype int64 (random inputs are float16, bfloat16, float32, float64, "
-               "or an integer input with a recorded value range); pass --inputs FILE.")
+    cpp_verdict = json.loads(cpp.stdout)["complex"]
+    message = ("cannot generate a random input of dtype complex64 (random inputs are float16, bfloat16, float32, "
+               "float64, or bool or integer); pass --inputs FILE.")
     assert message in str(python_error.value)
     assert cpp_verdict["error"] == "random_dtype" and message in cpp_verdict["message"], cpp_verdict
 
@@ -550,3 +552,38 @@ def test_ulp_distance_counts_representable_values(dtype):
     assert compare(x[:3], y[:3], Tolerance(ULP, 2)).passed and not compare(x[:3], y[:3], Tolerance(ULP, 1)).passed
     # Only the sign of zero differs: 0 ULP apart, yet bitwise means bit-identity.
     assert compare_bits(x[2:3], y[2:3]).max_ulp == 0 and not compare(x[2:3], y[2:3], Tolerance(BITWISE)).passed
+
+
+@pytest.fixture(scope="session")
+def keyword(tmp_path_factory: pytest.TempPathFactory) -> UserPackage:
+    """A factory returning (module, args, kwargs): a dict input, a Python float and a
+    keyword tensor, batch dynamic across all three tensors."""
+    return _export_model_package(tmp_path_factory.mktemp("keyword"), [
+        "--model", "examples.user_models:keyword_model", "--dynamic-dim", "0.0,1.0,2.0=1:8"])
+
+
+def test_keyword_and_dict_inputs_run_in_both_runtimes(keyword: UserPackage, build: Build, tmp_path: Path) -> None:
+    spec = read_package_spec(keyword.path)
+    assert [t.name for t in spec.inputs] == ["features", "extras_bias", "mask"]
+    assert [t.name for t in spec.outputs] == ["hidden", "total"]
+    assert spec.constant_inputs == [{"name": "scale", "index": 2, "value": 0.5}]
+    py, cpp = _run_both(build, keyword.path, [], keyword.reference / "inputs.pt", keyword.reference / "expected.pt",
+                        tmp_path)
+    assert py[0] == 0 and cpp[0] == 0, (py, cpp)
+    # At another batch, from the model's own call: both runtimes give the same bits.
+    from examples.user_models import keyword_model
+
+    model, _, _ = keyword_model()
+    inputs = save_tensors(tmp_path / "b7.pt", [torch.randn(7, 5, 6), torch.randn(7, 5, 6), torch.ones(7, 5)])
+    for out in ("py7.pt", "cpp7.pt"):
+        (tmp_path / out).unlink(missing_ok=True)
+    py = CliRunner().invoke(run_inference_app, [str(keyword.path), "--inputs", str(inputs), "--outputs",
+                                                str(tmp_path / "py7.pt")])
+    cpp = run_cmd(build.runner, keyword.path, "--inputs", inputs, "--outputs", tmp_path / "cpp7.pt")
+    assert py.exit_code == 0 and cpp.returncode == 0, (py.output, cpp.stdout + cpp.stderr)
+    for a, b in zip(torch.load(tmp_path / "py7.pt"), torch.load(tmp_path / "cpp7.pt")):
+        assert torch.equal(bit_view(a), bit_view(b))
+    features, mask = torch.load(inputs)[0], torch.load(inputs)[2]
+    with torch.no_grad():
+        eager = model(features, {"bias": torch.load(inputs)[1]}, 0.5, mask=mask)
+    torch.testing.assert_close(torch.load(tmp_path / "py7.pt")[0], eager["hidden"])

@@ -60,6 +60,11 @@ bool is_export_dtype(const std::string& name) {
   return name == "float16" || name == "bfloat16" || name == "float32" || name == "float64";
 }
 
+bool is_integer_dtype(const std::string& name) {
+  const auto dtype = dtype_from_name(name);
+  return dtype && c10::isIntegralType(*dtype, /*includeBool=*/true);
+}
+
 std::vector<std::string> dtype_names() {
   std::vector<std::string> names;
   for (const auto& entry : table()) {

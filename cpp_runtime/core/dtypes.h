@@ -21,6 +21,10 @@ std::string dtype_name(c10::ScalarType dtype);
 // The dtypes export_compile builds for, and runners draw random inputs of.
 bool is_export_dtype(const std::string& name);
 
+// The integer and bool dtypes, whose random values are uniform integers (in a
+// recorded value range, else 0 or 1). Python's INTEGER_DTYPES.
+bool is_integer_dtype(const std::string& name);
+
 // Every name of the table, in table order.
 std::vector<std::string> dtype_names();
 

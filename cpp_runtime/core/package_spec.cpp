@@ -73,6 +73,55 @@ std::string get_qualified(const json& value, const std::string& where) {
   return name;
 }
 
+bool is_int64(const json& value) {
+  return value.is_number_integer() &&
+         (!value.is_number_unsigned() ||
+          value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+}
+
+// inductor_configs: an object of non-empty keys whose values are booleans, 64-bit
+// integers or strings; kept as each value's JSON text, for --inspect.
+std::map<std::string, std::string> get_inductor_configs(const json& value) {
+  if (!value.is_object()) {
+    throw malformed("inductor_configs: expected an object, got " + type_name(value));
+  }
+  std::map<std::string, std::string> configs;
+  for (const auto& [key, setting] : value.items()) {
+    if (key.empty()) {
+      throw malformed("inductor_configs: a key is empty");
+    }
+    if (!setting.is_boolean() && !setting.is_string() && !is_int64(setting)) {
+      throw malformed("inductor_configs." + key + ": expected a boolean, integer or string, got " +
+                      brief_json(setting));
+    }
+    configs[key] = setting.dump();
+  }
+  return configs;
+}
+
+// constant_inputs: objects with a string name, an integer index >= 0 and a scalar
+// value (number, boolean, string or null).
+json get_constant_inputs(const json& value) {
+  get_array(value, "constant_inputs");
+  json constants = json::array();
+  for (size_t k = 0; k < value.size(); ++k) {
+    const std::string where = "constant_inputs[" + std::to_string(k) + "]";
+    const auto& item = value[k];
+    if (!item.is_object()) {
+      throw malformed(where + ": expected an object, got " + type_name(item));
+    }
+    const auto it = item.find("value");
+    const json scalar = it == item.end() ? json(nullptr) : *it;
+    if (scalar.is_object() || scalar.is_array()) {
+      throw malformed(where + ".value: expected a number, boolean, string or null, got " + type_name(scalar));
+    }
+    const auto name = get_string(item.contains("name") ? item.at("name") : json(nullptr), where + ".name");
+    const auto index = get_int(item.contains("index") ? item.at("index") : json(nullptr), where + ".index");
+    constants.push_back({{"name", name}, {"index", index}, {"value", scalar}});
+  }
+  return constants;
+}
+
 // A member of an object, or null when absent (so each getter names what it wanted).
 const json& member(const json& object, const std::string& key) {
   static const json null_value;
@@ -420,6 +469,8 @@ PackageSpec parse_spec_document(const json& document) {
   if (const auto& check = get("eager_check", nullptr); !check.is_null()) {
     spec.eager_check = get_tolerance(check, "eager_check");
   }
+  spec.inductor_configs = get_inductor_configs(get("inductor_configs", json::object()));
+  spec.constant_inputs = get_constant_inputs(get("constant_inputs", json::array()));
   return spec;
 }
 
@@ -482,6 +533,16 @@ json spec_to_document(const PackageSpec& spec) {
   }
   if (spec.eager_check) {
     document["eager_check"] = tolerance_to_document(*spec.eager_check);
+  }
+  if (!spec.inductor_configs.empty()) {  // written only when given, as in Python
+    json configs = json::object();
+    for (const auto& [key, text] : spec.inductor_configs) {
+      configs[key] = json::parse(text);
+    }
+    document["inductor_configs"] = configs;
+  }
+  if (!spec.constant_inputs.empty()) {
+    document["constant_inputs"] = spec.constant_inputs;
   }
   return document;
 }
@@ -710,6 +771,13 @@ std::vector<std::pair<std::string, std::string>> describe_package(const PackageS
   rows.emplace_back("compute capability", aoti("AOTI_COMPUTE_CAPABILITY"));
   if (!spec.onnx_mode.empty()) {
     rows.emplace_back("onnx mode", spec.onnx_mode);
+  }
+  if (!spec.inductor_configs.empty()) {
+    std::vector<std::string> settings;
+    for (const auto& [key, text] : spec.inductor_configs) {
+      settings.push_back(key + "=" + text);
+    }
+    rows.emplace_back("inductor configs", join(settings, ", "));
   }
   return rows;
 }

@@ -104,6 +104,12 @@ struct PackageSpec {
   // The rule compiled code was held to against eager at export; --eager-reference
   // applies it too. Unset in packages from before it was recorded.
   std::optional<Tolerance> eager_check;
+  // The Inductor settings the package was compiled with (export's inductor_configs),
+  // each value a boolean, integer or string as JSON text; shown by --inspect.
+  std::map<std::string, std::string> inductor_configs;
+  // The non-tensor inputs torch.export baked in ({"name", "index", "value"} objects).
+  // Only the Python runtime checks them; kept here so both readers round-trip alike.
+  nlohmann::json constant_inputs = nlohmann::json::array();
   int schema_version = kSchemaVersion;  // the version the spec was read from
   std::map<std::string, std::string> aoti;  // AOTI's own metadata entries (ISA, machine, ...)
 };

@@ -14,10 +14,10 @@ namespace aoti_runner {
 
 Shapes random_input_shapes(const PackageSpec& spec, const std::optional<Shapes>& shapes) {
   for (const auto& input : spec.inputs) {
-    if (!is_export_dtype(input.dtype) && !input.values) {
+    if (!is_export_dtype(input.dtype) && !is_integer_dtype(input.dtype)) {
       throw RunnerError("cannot generate a random input of dtype " + input.dtype +
-                            " (random inputs are float16, bfloat16, float32, float64, or an integer "
-                            "input with a recorded value range); pass --inputs FILE.",
+                            " (random inputs are float16, bfloat16, float32, float64, or bool or "
+                            "integer); pass --inputs FILE.",
                         "random_dtype");
     }
   }
@@ -66,12 +66,15 @@ std::vector<at::Tensor> make_random_inputs(const PackageSpec& spec, uint64_t see
   for (size_t i = 0; i < shapes.size(); ++i) {
     const auto dtype = *dtype_from_name(spec.inputs[i].dtype);
     at::Tensor t;
-    if (const auto& values = spec.inputs[i].values) {
+    if (is_integer_dtype(spec.inputs[i].dtype)) {
       // As in Python: uniform int64 in the range from the same generator, then cast;
       // random_'s upper bound is exclusive, and none draws up to int64's largest value.
-      const auto to = values->max == std::numeric_limits<int64_t>::max() ? std::optional<int64_t>()
-                                                                          : std::optional<int64_t>(values->max + 1);
-      t = at::empty(shapes[i], at::TensorOptions().dtype(at::kLong)).random_(values->min, to, generator).to(dtype);
+      const auto& values = spec.inputs[i].values;
+      const int64_t low = values ? values->min : kDefaultRandomMin;
+      const int64_t high = values ? values->max : kDefaultRandomMax;
+      const auto to = high == std::numeric_limits<int64_t>::max() ? std::optional<int64_t>()
+                                                                  : std::optional<int64_t>(high + 1);
+      t = at::empty(shapes[i], at::TensorOptions().dtype(at::kLong)).random_(low, to, generator).to(dtype);
     } else {
       t = at::randn(shapes[i], generator, at::TensorOptions().dtype(at::kFloat)).to(dtype);
     }

@@ -135,6 +135,7 @@ def export(
     tolerance: Tolerance | str | Mapping[str, float] | None = None,
     input_values: Mapping[int, tuple[int, int]] | None = None,
     allow_python_ops: bool = False,
+    inductor_configs: Mapping[str, bool | int | str] | None = None,
     device: str = "cpu",
     force: bool = False,
     on_stage: Callable[[str], None] | None = None,
@@ -173,6 +174,9 @@ def export(
             max)) where export cannot see them; the runtimes refuse other values.
         allow_python_ops: write a package for the Python runtime only when the graph
             calls ops defined from Python (the C++ runner refuses it).
+        inductor_configs: Inductor settings to compile with (e.g. {"freezing":
+            True}), by torch._inductor.config name; recorded in the package and
+            verified against eager like everything else.
         device: "cpu" (default) or "cuda".
         force: rebuild even if ``package_path`` holds a package built from the same
             inputs (otherwise it is reused, after the same check).
@@ -211,6 +215,7 @@ def export(
         cpu_target=cpu_target,
         force=force,
         verify=check,
+        inductor_configs=dict(inductor_configs or {}),
     )
     build = export_and_compile(config, on_stage, model=eager, example=call, dynamic_shapes=dynamic_shapes,
                                program=program)

@@ -29,7 +29,7 @@ from ..compiler.pipeline import (
     export_and_compile,
 )
 from ..verify.tolerance import FAILED, list_verdict, verdict_line
-from .parsing import parse_dynamic_dim, parse_input_values, parse_model_args, parse_shape
+from .parsing import parse_dynamic_dim, parse_inductor_configs, parse_input_values, parse_model_args, parse_shape
 from .common import (
     AtolOption,
     BitwiseOption,
@@ -50,6 +50,13 @@ class DType(str, Enum):
     bfloat16 = "bfloat16"
     float32 = "float32"
     float64 = "float64"
+    # For a --model's inputs only; the model keeps its own dtype.
+    bool = "bool"
+    uint8 = "uint8"
+    int8 = "int8"
+    int16 = "int16"
+    int32 = "int32"
+    int64 = "int64"
 
 
 CpuTargetName = Enum("CpuTargetName", {name.replace("-", "_"): name for name in CPU_TARGET_NAMES}, type=str)
@@ -196,6 +203,14 @@ def export_compile(
         ),
     ] = None,
     fake_module: FakeModuleOption = None,
+    inductor_config: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            help="An Inductor setting to compile with: KEY=VALUE, e.g. freezing=True or max_autotune=True "
+            "(torch._inductor.config's names). Recorded in the package, shown by inspect, and the package "
+            "is checked against eager as always. Repeatable.",
+        ),
+    ] = None,
     save_reference: Annotated[
         Optional[Path],
         typer.Option(
@@ -230,7 +245,12 @@ def export_compile(
         int, typer.Option(min=1, help="Width of the example input.", rich_help_panel=IDENTITY_PANEL)
     ] = 224,
     dtype: Annotated[
-        DType, typer.Option(help="Floating dtype of the model and its inputs (random inputs only for --model).")
+        DType,
+        typer.Option(
+            help="Floating dtype of the model and its inputs. With --model and --input-shape, an integer or bool "
+            "dtype is the dtype of the seeded random inputs alone (the model keeps its own): values 0 and 1, or "
+            "those --input-values gives.",
+        ),
     ] = DType.float32,
     device: Annotated[
         Device, typer.Option(help="Device to compile for. cuda needs a CUDA build of torch and a GPU.")
@@ -359,6 +379,7 @@ def export_compile(
             input_shapes=[parse_shape(text) for text in input_shape or []],
             dynamic_dims=[parse_dynamic_dim(text) for text in dynamic_dim or []],
             input_values=parse_input_values(input_values or []),
+            inductor_configs=parse_inductor_configs(inductor_config or []),
             fake_modules=list(fake_module or []),
             save_reference=save_reference,
             allow_python_ops=allow_python_ops,

@@ -95,3 +95,18 @@ def parse_model_args(pairs: Sequence[str]) -> dict[str, object]:
         except (ValueError, SyntaxError):
             kwargs[key] = value
     return kwargs
+
+
+def parse_inductor_configs(pairs: Sequence[str]) -> dict[str, object]:
+    """``["freezing=True", "cpp.threads=2"]`` -> ``{"freezing": True, "cpp.threads": 2}``:
+    each value read as a Python literal when it is one, else as text."""
+    configs: dict[str, object] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key:
+            raise InputError(f"--inductor-config {pair!r}: expected KEY=VALUE, e.g. freezing=True")
+        try:
+            configs[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            configs[key] = value
+    return configs

@@ -18,6 +18,7 @@ from ..errors import ExportError
 from ..package.dtypes import dtype_name
 from ..package.spec import INT64_MAX, DimSpec, OpRef, TensorSpec
 from ..models.user import DynamicDim
+from .dynamic_dims import DimFix, constraint_fixes, dynamic_dim_option, untied_static_dims
 from .structure import CallInputs, input_names, output_names
 
 # Namespaces of ops that every libtorch has; anything else comes from a library.
@@ -62,7 +63,9 @@ def export_model(
 
     Raises:
         ExportError: with torch's message, when tracing fails or a dynamic dim names
-            an input or dim the example inputs do not have.
+            an input or dim the example inputs do not have; with the --dynamic-dim to
+            pass instead, when torch refuses the dynamic dims, or when the model needs
+            a dim left static to follow a dynamic one (dynamic_dims.py).
     """
     call = example_inputs if isinstance(example_inputs, CallInputs) else CallInputs(tuple(example_inputs))
     # AOTI compiles the example's strides in, and the runtimes pass contiguous
@@ -84,10 +87,10 @@ def export_model(
                 per_input[i] = {**(per_input[i] or {}), d: dim}
         dynamic_shapes = _per_leaf_shapes(model, call, per_input)
     try:
-        return torch.export.export(model, call.args, call.kwargs or None, dynamic_shapes=dynamic_shapes, strict=False)
+        program = torch.export.export(model, call.args, call.kwargs or None, dynamic_shapes=dynamic_shapes, strict=False)
     except Exception as error:  # torch raises many unrelated types here
         if dynamic_dims and "Constraints violated" in str(error):
-            fix = _dynamic_dim_fix(model, tuple(call.tensors()), dynamic_dims)
+            fix = _dynamic_dim_fix(model, tuple(call.tensors()), dynamic_dims, str(error))
             if fix:
                 raise ExportError(f"torch.export refused the dynamic dims: {fix}") from error
         hint = ""
@@ -97,6 +100,28 @@ def export_model(
                 "torch.library.register_fake in a module and import it with --fake-module."
             )
         raise ExportError(f"torch.export failed: {type(error).__name__}: {error}{hint}") from error
+    # torch.export accepts a dim left static that the model reads at a dynamic size.
+    # The probes resize the call's tensors in place of the example's, whatever its structure.
+    flat_model = model if len(call.tensors()) == len(call.leaves()) and not call.kwargs else (
+        lambda *tensors: call.with_tensors(tensors).call(model))
+    if untied := untied_static_dims(flat_model, call.tensors(), dynamic_dims):
+        raise ExportError(
+            "the dynamic dims leave a dim static that the model needs to follow a dynamic one: "
+            + " ".join(_fix_text(fix) for fix in untied)
+        )
+    return program
+
+
+def _fix_text(fix: DimFix) -> str:
+    """One fix in the CLI's terms: the option given, why it fails, what to pass."""
+    given = f"--dynamic-dim {fix.dim}"
+    if fix.kind == "static":
+        return f"{fix.reason}, so it cannot be dynamic; drop it from {given}."
+    if fix.kind == "expression":
+        return f"{given}: {fix.reason}, which a --dynamic-dim range cannot say; leave it static."
+    if fix.kind == "tie":
+        return f"{given}: {fix.reason}. Pass them together in one option: {dynamic_dim_option(fix)}"
+    return f"{given}: {fix.reason}. Pass {dynamic_dim_option(fix)}"
 
 
 def _per_leaf_shapes(model: nn.Module, call: CallInputs, per_tensor: list[dict[int, object] | None]) -> Any:
@@ -123,18 +148,23 @@ def _per_leaf_shapes(model: nn.Module, call: CallInputs, per_tensor: list[dict[i
 
 
 def _dynamic_dim_fix(
-    model: nn.Module, example_inputs: tuple[torch.Tensor, ...], dynamic_dims: Sequence[DynamicDim]
+    model: nn.Module, example_inputs: tuple[torch.Tensor, ...], dynamic_dims: Sequence[DynamicDim],
+    message: str = "",
 ) -> str:
     """What to pass instead of ``dynamic_dims`` that torch.export refused, in this
     tool's terms (torch's own suggestions name its Dim objects and draft_export).
     Found by exporting again with every dim left to torch (Dim.AUTO): dims the model
     ties to one size share a symbol there, and dims its code fixes are plain ints.
-    "" when that export fails too or shows nothing to fix."""
+    Else torch's own ``message`` translated (dynamic_dims.constraint_fixes: the range
+    that works and why, or a size the code fixes; torch calls a dim tied to a static
+    one "specialized", which the Dim.AUTO export tells apart). "" when neither shows
+    anything to fix."""
+    translated = " ".join(_fix_text(fix) for fix in constraint_fixes(message, model, example_inputs, dynamic_dims))
     try:
         auto = tuple({d: torch.export.Dim.AUTO for d in range(x.dim())} for x in example_inputs)
         program = torch.export.export(model, example_inputs, dynamic_shapes=auto, strict=False)
     except Exception:  # the hint is a courtesy; torch's own error is reported then
-        return ""
+        return translated
     sizes = _user_input_sizes(program)
     for dynamic in dynamic_dims:
         for i, d in dynamic.positions:
@@ -153,7 +183,7 @@ def _dynamic_dim_fix(
                     f"{dynamic} gives {_positions_text(dynamic)} a size of its own. Pass them together in one "
                     f"option: --dynamic-dim {together}={str(dynamic).partition('=')[2]}"
                 )
-    return ""
+    return translated
 
 
 def _positions_text(dynamic: DynamicDim) -> str:

@@ -40,8 +40,8 @@ from ..ops.loader import LIBRARY_NAME, libraries_for, load_op_libraries, load_op
 from .optimize import optimize_program
 from .value_ranges import record_value_ranges
 from ..package.archive import read_package_spec, rewrite_package_metadata
-from ..package.dtypes import DTYPES, dtype_name
-from ..package.spec import OpRef, PackageSpec
+from ..package.dtypes import DEFAULT_RANDOM_VALUES, DTYPES, INPUT_DTYPES, INTEGER_DTYPES, dtype_name
+from ..package.spec import INT64_MAX, OpRef, PackageSpec
 from ..runtime.aoti import load_package
 from ..runtime.tensor_files import save_tensors
 from ..models.user import DynamicDim, flatten_outputs, import_modules, load_model
@@ -113,6 +113,9 @@ class BuildConfig:
     # .pt2 only: the CPU the compiled code may assume: "native" (-march=native, this
     # host's every feature) or a portable x86-64 psABI level (package/host.py).
     cpu_target: str = NATIVE
+    # Inductor settings to compile with (freezing, max_autotune, ...), recorded in the
+    # package and verified like everything else.
+    inductor_configs: dict[str, Any] = field(default_factory=dict)
     # Compare the package with eager before writing it (the Python API's check=False
     # skips it: the package then records no checks).
     verify: bool = True
@@ -166,8 +169,22 @@ class BuildConfig:
 
     def check(self) -> None:
         """Raise InputError for a dtype, dynamic dim or range that cannot work."""
-        if self.dtype not in DTYPES:
-            raise InputError(f"unsupported dtype {self.dtype!r}; expected one of {', '.join(DTYPES)}")
+        if self.inductor_configs:
+            from .compile import check_inductor_configs
+
+            if self.format != "pt2":
+                raise InputError("--inductor-config applies to .pt2 packages; an ONNX file is not compiled by Inductor")
+            self.inductor_configs = check_inductor_configs(self.inductor_configs)
+        if self.dtype not in DTYPES and self.dtype not in INPUT_DTYPES:
+            raise InputError(
+                f"unsupported dtype {self.dtype!r}; expected one of {', '.join(DTYPES)}, or for a --model's "
+                f"inputs {', '.join(INPUT_DTYPES)}"
+            )
+        if self.model is None and self.dtype not in DTYPES:
+            raise InputError(
+                f"--dtype {self.dtype} applies to the inputs of a model given with --model; the IdentityModel's "
+                f"conv layers take {', '.join(DTYPES)}"
+            )
         if self.format not in FORMATS:
             raise InputError(f"unknown format {self.format!r}; expected one of {', '.join(FORMATS)}")
         self._check_format()
@@ -241,11 +258,21 @@ class BuildResult:
         return list_verdict([comparison for _, comparison in self.checks]) != FAILED
 
 
-def seeded_input(shape: tuple[int, ...], dtype: str, device: str, seed: int) -> torch.Tensor:
+def seeded_input(
+    shape: tuple[int, ...], dtype: str, device: str, seed: int, values: tuple[int, int] | None = None
+) -> torch.Tensor:
     """A standard-normal tensor, drawn in float32 on the CPU so every dtype and
-    device sees the same values for a seed."""
+    device sees the same values for a seed; for an integer or bool dtype, uniform
+    integers in ``values`` (inclusive; default 0 and 1, see DEFAULT_RANDOM_VALUES),
+    drawn as int64 and cast, as the runners draw them."""
     generator = torch.Generator().manual_seed(seed)
-    return torch.randn(shape, generator=generator).to(DTYPES[dtype]).to(device)
+    if dtype in DTYPES:
+        return torch.randn(shape, generator=generator).to(DTYPES[dtype]).to(device)
+    low, high = values or DEFAULT_RANDOM_VALUES
+    # random_'s upper bound is exclusive; None draws up to int64's largest value.
+    upper = None if high == INT64_MAX else high + 1
+    drawn = torch.empty(shape, dtype=torch.int64).random_(low, upper, generator=generator)
+    return drawn.to(INTEGER_DTYPES[dtype]).to(device)
 
 
 def spec_dynamic_dims(spec: PackageSpec) -> list[DynamicDim]:
@@ -268,22 +295,37 @@ def spec_dynamic_dims(spec: PackageSpec) -> list[DynamicDim]:
 def second_inputs(
     inputs: list[torch.Tensor], dynamic_dims: list[DynamicDim], seed: int
 ) -> list[torch.Tensor] | None:
-    """Random inputs of other sizes in the dynamic ranges (each dynamic dim at its
-    minimum, or one above the example), to prove the package is not specialised to
-    the example. None without dynamic dims, or when an input is not floating."""
-    if not dynamic_dims or not all(x.is_floating_point() for x in inputs):
+    """Random inputs of other sizes in the dynamic ranges, to prove the package is
+    not specialised to the example. None without dynamic dims, or when an input's
+    dtype has no random values (complex, float8).
+
+    With floating inputs only, each dynamic dim is at its minimum (or one above the
+    example, if that is the minimum). With an integer or bool input, each dynamic
+    dim is one above the example where the range allows (an index valid into a dim
+    of the example's size stays valid in a larger one; a smaller one could make eager
+    raise, or a kernel abort), and each integer input draws its values between the
+    example's smallest and largest (bool: 0 and 1): a value range the package records
+    is an interval, so it holds them."""
+    dtypes = [dtype_name(x.dtype) for x in inputs]
+    if not dynamic_dims or not all(dtype in DTYPES or dtype in INTEGER_DTYPES for dtype in dtypes):
         return None
+    grow = any(dtype in INTEGER_DTYPES for dtype in dtypes)
     shapes = [list(x.shape) for x in inputs]
     for dynamic in dynamic_dims:
         i, d = dynamic.positions[0]
-        above = shapes[i][d] + 1
-        size = dynamic.min if dynamic.min != shapes[i][d] else above if dynamic.max is None else min(above, dynamic.max)
+        above = shapes[i][d] + 1 if dynamic.max is None or shapes[i][d] < dynamic.max else None
+        # The range holds two sizes or more, so one of these differs from the example.
+        size = above if (grow or dynamic.min == shapes[i][d]) and above is not None else dynamic.min
         for i, d in dynamic.positions:
             shapes[i][d] = size
-    return [
-        seeded_input(tuple(shape), str(x.dtype).removeprefix("torch."), str(x.device), seed + 1 + i)
-        for i, (shape, x) in enumerate(zip(shapes, inputs))
-    ]
+    drawn = []
+    for i, (shape, x, dtype) in enumerate(zip(shapes, inputs, dtypes)):
+        span = None
+        if dtype in INTEGER_DTYPES and dtype != "bool" and x.numel():
+            as_int64 = x.to(torch.int64)  # min/max are not implemented for every integer dtype
+            span = (int(as_int64.min()), int(as_int64.max()))
+        drawn.append(seeded_input(tuple(shape), dtype, str(x.device), seed + 1 + i, span))
+    return drawn
 
 
 def export_and_compile(
@@ -521,12 +563,13 @@ def _export_and_compile_package(
             shared_dims=shared_dims(program),
             eager_check=tolerance,
             constant_inputs=constants,
+            inductor_configs=dict(config.inductor_configs),
         )
         # Built beside --output under a temporary name, and moved there only once it
         # passed: a failed build never replaces (or destroys) a good package.
         staging = _staging_path(config.output)
         try:
-            package_path = compile_package(program, staging, spec, config.cpu_target)
+            package_path = compile_package(program, staging, spec, config.cpu_target, config.inductor_configs)
             _record_called_ops(package_path, spec, calls, config)
         except BaseException:
             staging.unlink(missing_ok=True)
@@ -714,9 +757,10 @@ def _build_user_model(
                 "pass --input-shape once per forward argument (e.g. --input-shape 1,3,224,224), "
                 "or let the factory return (module, example_inputs)"
             )
-        model = model.to(dtype=DTYPES[config.dtype])
+        if config.dtype in DTYPES:  # an integer --dtype is the inputs' alone
+            model = model.to(dtype=DTYPES[config.dtype])
         inputs = [
-            seeded_input(shape, config.dtype, config.device, config.seed + i)
+            seeded_input(shape, config.dtype, config.device, config.seed + i, config.input_values.get(i))
             for i, shape in enumerate(config.input_shapes)
         ]
     traced = [x for x in inputs]
@@ -753,7 +797,9 @@ def _build_user_model(
                     )
                 shape = list(traced[i].shape)
                 shape[d] = 2
-                traced[i] = seeded_input(tuple(shape), config.dtype, config.device, config.seed + i)
+                traced[i] = seeded_input(
+                    tuple(shape), config.dtype, config.device, config.seed + i, config.input_values.get(i)
+                )
     return model, inputs, traced, list(config.dynamic_dims), factory_call
 
 
@@ -779,6 +825,7 @@ def _cache_key(
         "call": repr(call.with_tensors([None] * len(inputs))),
         "dynamic_shapes": repr(dynamic_shapes),
         "contents": 2,
+        **({"inductor_configs": sorted(config.inductor_configs.items())} if config.inductor_configs else {}),
         # Only when given, so the keys of packages built without it stay as they were.
         **({"input_values": sorted(config.input_values.items())} if config.input_values else {}),
     }

@@ -74,9 +74,10 @@ def load_model(target: str, kwargs: dict[str, object] | None = None) -> tuple[nn
 
     Returns:
         ``(module, example_call)``; example_call is None when the factory returns a
-        module only. A factory may return ``(module, args)`` or ``(module, args,
-        kwargs)``, with args and kwargs as torch.export takes them (tensors, dicts,
-        lists and tuples of them, Python scalars).
+        module only. A factory may return ``(module, args)``, ``(module, kwargs)``
+        (a dict: keyword arguments by name) or ``(module, args, kwargs)``, with args
+        and kwargs as torch.export takes them (tensors, dicts, lists and tuples of
+        them, Python scalars). A lone dict argument goes in a tuple: ``(module, (d,))``.
 
     Raises:
         ModelError: bad target, import failure, the factory raised, or it returned
@@ -102,7 +103,9 @@ def load_model(target: str, kwargs: dict[str, object] | None = None) -> tuple[nn
     if isinstance(made, tuple) and len(made) in (2, 3) and isinstance(made[0], nn.Module):
         made, args, *rest = made
         call_kwargs = rest[0] if rest else None
-        if not isinstance(args, (torch.Tensor, tuple, list)):
+        if isinstance(args, dict) and not rest:  # (module, {name: value}): keyword arguments
+            args, call_kwargs = (), args
+        elif not isinstance(args, (torch.Tensor, tuple, list)):
             args = (args,)
         try:
             call = CallInputs.of(args, call_kwargs)

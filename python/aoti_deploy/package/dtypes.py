@@ -29,6 +29,26 @@ DTYPES: dict[str, torch.dtype] = {
     "float64": torch.float64,
 }
 
+# Integer and bool dtypes, whose random values (a runner's random inputs, export_compile's
+# example inputs of a --model with --dtype of one of them) are uniform integers in a
+# value range: the one recorded for an input that indexes a tensor, else
+# DEFAULT_RANDOM_VALUES. The table's integer dtypes, in table order.
+INTEGER_DTYPES: dict[str, torch.dtype] = {
+    name: getattr(torch, name)
+    for name in ("bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64")
+}
+# The dtypes export_compile --dtype takes for a --model's inputs besides DTYPES (the
+# model keeps its own dtype then). AOTInductor also takes uint16/32/64 inputs, but
+# eager torch runs few ops on them, so the eager check could not run.
+INPUT_DTYPES: dict[str, torch.dtype] = {
+    name: INTEGER_DTYPES[name] for name in ("bool", "uint8", "int8", "int16", "int32", "int64")
+}
+# Inclusive (min, max) of a random integer or bool input without a recorded value
+# range: 0 and 1 are what every attention mask, flag and index into a table of two or
+# more rows accepts, so a random input cannot abort a kernel that indexes with it in
+# a way export could not follow. cpp_runtime/core/random_inputs.cpp holds the same.
+DEFAULT_RANDOM_VALUES = (0, 1)
+
 
 def dtype_name(dtype: torch.dtype) -> str:
     """``torch.float32`` -> ``"float32"`` (``torch.complex64`` -> ``"complex64"``)."""

@@ -244,6 +244,9 @@ class PackageSpec:
     # torch.export baked into the compiled code: the Python API refuses another value.
     # Each is {"name", "index" (its leaf in the flattened (args, kwargs)), "value"}.
     constant_inputs: list[dict[str, Any]] = field(default_factory=list)
+    # The Inductor settings the package was compiled with (export's inductor_configs):
+    # booleans, integers and strings by config name.
+    inductor_configs: dict[str, bool | int | str] = field(default_factory=dict)
     aoti: dict[str, str] = field(default_factory=dict)  # AOTI's own entries (CPU ISA, ...)
     schema_version: int = SCHEMA_VERSION  # the version the spec was read from
 
@@ -282,6 +285,7 @@ class PackageSpec:
             "onnx_mode": self.onnx_mode,
             **({} if self.eager_check is None else {"eager_check": self.eager_check.to_document()}),
             **({"constant_inputs": list(self.constant_inputs)} if self.constant_inputs else {}),
+            **({"inductor_configs": dict(self.inductor_configs)} if self.inductor_configs else {}),
         }
 
     def to_metadata(self) -> dict[str, str]:
@@ -318,6 +322,9 @@ class PackageSpec:
         ]
         if self.onnx_mode:
             rows.append(("onnx mode", self.onnx_mode))
+        if self.inductor_configs:
+            settings = (f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in sorted(self.inductor_configs.items()))
+            rows.append(("inductor configs", ", ".join(settings)))
         return rows
 
     def to_json(self) -> dict[str, object]:
@@ -495,6 +502,22 @@ def _constant_inputs(value: Any) -> list[dict[str, Any]]:
     return constants
 
 
+def _inductor_configs(value: Any) -> dict[str, bool | int | str]:
+    """The ``inductor_configs`` entry: an object of non-empty keys whose values are
+    booleans, 64-bit integers or strings (as the C++ reader takes them)."""
+    if not isinstance(value, dict):
+        raise _malformed(f"inductor_configs: expected an object, got {_type_name(value)}")
+    configs: dict[str, bool | int | str] = {}
+    for key, setting in value.items():
+        if not key:
+            raise _malformed("inductor_configs: a key is empty")
+        integer = type(setting) is int and -(2**63) <= setting <= INT64_MAX
+        if not (type(setting) in (bool, str) or integer):
+            raise _malformed(f"inductor_configs.{key}: expected a boolean, integer or string, got {json.dumps(setting)}")
+        configs[key] = setting
+    return configs
+
+
 def parse_document(document: Any) -> PackageSpec:
     """Validate a spec document and build the PackageSpec. Unknown keys are ignored
     (a newer minor addition); every known key is checked for type and consistency.
@@ -593,6 +616,7 @@ def parse_document(document: Any) -> PackageSpec:
         onnx_mode=_str(get("onnx_mode", ""), "onnx_mode"),
         eager_check=None if get("eager_check", None) is None else _tolerance(document["eager_check"], "eager_check"),
         constant_inputs=_constant_inputs(get("constant_inputs", [])),
+        inductor_configs=_inductor_configs(get("inductor_configs", {})),
         schema_version=version,
     )
 

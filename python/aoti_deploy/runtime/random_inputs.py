@@ -2,8 +2,9 @@
 asked for (--input-shape, checked against the spec), else the recorded example shapes
 (else each dynamic dim at its minimum); standard normal values drawn in float32 on the
 CPU, one input after the other from one generator, then cast, so every runtime draws
-the same bits. An integer input with a recorded value range draws uniform int64 values
-in it (``random_``) from the same generator, then is cast. Pairs with
+the same bits. An integer or bool input draws uniform int64 values (``random_``) from
+the same generator, then is cast: in its recorded value range, else 0 or 1
+(DEFAULT_RANDOM_VALUES). Pairs with
 cpp_runtime/core/random_inputs.cpp (tests/contract/random_vectors.json)."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..errors import InputError
-from ..package.dtypes import DTYPES
+from ..package.dtypes import DEFAULT_RANDOM_VALUES, DTYPES, INTEGER_DTYPES
 from ..package.spec import INT64_MAX, PackageSpec, TensorSpec
 from .validation import InputDesc, check_inputs
 
@@ -29,10 +30,10 @@ def random_input_shapes(spec: PackageSpec, shapes: Sequence[tuple[int, ...]] | N
             gives (count, rank, dim, shared_dim), the message led by --input-shape.
     """
     for tensor_spec in spec.inputs:
-        if tensor_spec.dtype not in DTYPES and tensor_spec.values is None:
+        if tensor_spec.dtype not in DTYPES and tensor_spec.dtype not in INTEGER_DTYPES:
             raise InputError(
                 f"cannot generate a random input of dtype {tensor_spec.dtype} (random inputs are "
-                f"{', '.join(DTYPES)}, or an integer input with a recorded value range); pass --inputs FILE.",
+                f"{', '.join(DTYPES)}, or bool or integer); pass --inputs FILE.",
                 kind="random_dtype",
             )
     if shapes is not None:
@@ -52,11 +53,17 @@ def random_input_shapes(spec: PackageSpec, shapes: Sequence[tuple[int, ...]] | N
 
 def make_random_inputs(spec: PackageSpec, seed: int, shapes: Sequence[tuple[int, ...]] | None = None) -> list:
     """The random inputs (of ``shapes``, else the recorded shapes), on the package's device."""
+    return [x.to(spec.device) for x in random_cpu_inputs(spec, seed, shapes)]
+
+
+def random_cpu_inputs(spec: PackageSpec, seed: int, shapes: Sequence[tuple[int, ...]] | None = None) -> list:
+    """The same random inputs as ``make_random_inputs``, on the CPU (e.g. to send to a
+    server)."""
     import torch
 
     generator = torch.Generator().manual_seed(seed)
     return [
-        _draw(shape, tensor_spec, generator).to(spec.device)
+        _draw(shape, tensor_spec, generator)
         for shape, tensor_spec in zip(random_input_shapes(spec, shapes), spec.inputs)
     ]
 
@@ -64,10 +71,11 @@ def make_random_inputs(spec: PackageSpec, seed: int, shapes: Sequence[tuple[int,
 def _draw(shape: tuple[int, ...], tensor_spec: TensorSpec, generator: object) -> object:
     import torch
 
-    if tensor_spec.values is None:
+    if tensor_spec.dtype in DTYPES:
         return torch.randn(shape, generator=generator).to(DTYPES[tensor_spec.dtype])
     # random_'s upper bound is exclusive; None draws up to int64's largest value.
-    low, high = tensor_spec.values.min, tensor_spec.values.max
+    values = tensor_spec.values
+    low, high = DEFAULT_RANDOM_VALUES if values is None else (values.min, values.max)
     upper = None if high == INT64_MAX else high + 1
     drawn = torch.empty(shape, dtype=torch.int64).random_(low, upper, generator=generator)
-    return drawn.to(getattr(torch, tensor_spec.dtype))
+    return drawn.to(INTEGER_DTYPES[tensor_spec.dtype])

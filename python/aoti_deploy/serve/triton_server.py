@@ -495,39 +495,28 @@ class RequestSet(NamedTuple):
 
 def request_inputs(model: ServedModel, requests: int) -> list[RequestSet]:
     """The inputs aoti-deploy serve sends: ``requests`` seeded random sets at the package's
-    example shapes, and, when every input is floating point with room for them, one
-    set of special values (NaN payloads, -0.0, infinities, subnormals)."""
+    example shapes, drawn as the runners draw random inputs (runtime/random_inputs.py:
+    integer inputs within their recorded value ranges, else 0 or 1, so no request
+    can abort a kernel), and, when every input is floating point with room for them,
+    one set of special values (NaN payloads, -0.0, infinities, subnormals).
+
+    Raises:
+        InputError: an input of a dtype with no random values (complex, float8).
+    """
     import torch
 
     from ..package.dtypes import dtype_from_name
+    from ..runtime.random_inputs import random_cpu_inputs, random_input_shapes
     from ..verify.special_values import SPECIAL_BITS, special_values
 
     spec = model.spec
-    # The recorded example shapes, else each dim at its minimum (as random_inputs.py).
-    shapes = [
-        spec.example_shapes[i] if spec.example_shapes else tuple(d.min for d in t.dims)
-        for i, t in enumerate(spec.inputs)
-    ]
+    shapes = random_input_shapes(spec)
     dtypes = [dtype_from_name(t.dtype) for t in spec.inputs]
     shown = " ".join(str(list(shape)) for shape in shapes)
-    sets = []
-    for seed in range(requests):
-        generator = torch.Generator().manual_seed(seed)
-        tensors = []
-        for shape, dtype, tensor_spec in zip(shapes, dtypes, spec.inputs):
-            if tensor_spec.values is not None:
-                # Ids the package takes: any other value is refused (it would abort the kernel).
-                values = tensor_spec.values
-                tensors.append(torch.randint(values.min, min(values.max, 2**63 - 2) + 1, shape,
-                                             generator=generator, dtype=dtype))
-            elif dtype is not None and dtype.is_floating_point:
-                tensors.append(torch.randn(shape, generator=generator).to(dtype))
-            elif dtype == torch.bool:
-                tensors.append(torch.randint(0, 2, shape, generator=generator).bool())
-            else:
-                low, high = (0, 256) if dtype == torch.uint8 else (-100, 100)
-                tensors.append(torch.randint(low, high, shape, generator=generator, dtype=dtype))
-        sets.append(RequestSet(f"random seed {seed} {shown}", tensors, special=False))
+    sets = [
+        RequestSet(f"random seed {seed} {shown}", random_cpu_inputs(spec, seed), special=False)
+        for seed in range(requests)
+    ]
     if all(dtype in SPECIAL_BITS and torch.Size(shape).numel() >= len(SPECIAL_BITS[dtype])
            for shape, dtype in zip(shapes, dtypes)):
         tensors = [special_values(shape, dtype, seed=i) for i, (shape, dtype) in enumerate(zip(shapes, dtypes))]
