@@ -10,8 +10,9 @@ VENV="$(abs_path "${VENV:-$ROOT/.venv}")"
 export AOTI_DEPLOY_BUILD_DIR="$(abs_path "${BUILD_DIR:-$ROOT/build}")"
 # The suite covers the ONNX target, signed bundles and the transformers models of
 # examples/hf_models.py too: install their extras, and
-# make a missing ONNX extra fail the ONNX tests rather than skip them.
-export EXTRAS="${EXTRAS:-test,build,bench,sign,onnx,triton,hf}"
+# make a missing ONNX extra fail the ONNX tests rather than skip them. The docs extra
+# (mkdocs) is for CI's `mkdocs build --strict` after the suite.
+export EXTRAS="${EXTRAS:-test,build,bench,sign,onnx,triton,hf,docs}"
 export AOTI_DEPLOY_REQUIRE_ONNX="${AOTI_DEPLOY_REQUIRE_ONNX:-1}"
 # The same for the transformers models: a missing hf extra fails the zoo tests.
 export AOTI_DEPLOY_REQUIRE_HF="${AOTI_DEPLOY_REQUIRE_HF:-1}"

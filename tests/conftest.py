@@ -130,6 +130,27 @@ def compiled_package(tmp_path_factory: pytest.TempPathFactory, op_library: Path)
     return CompiledPackage(package, result.exit_code, result.output, input_file, inputs)
 
 
+@dataclass(frozen=True)
+class QuickstartRun:
+    out_dir: Path
+    result: subprocess.CompletedProcess
+
+
+@pytest.fixture(scope="session")
+def api_quickstart(tmp_path_factory: pytest.TempPathFactory, build: Build) -> QuickstartRun:
+    """examples/api_quickstart.py run once, as a user would from the checkout: it
+    exports, calls, verifies, bundles and writes a Triton repository. Its module is
+    imported by name (not run as a script), so its Scorer package has the compile-cache
+    key of any import of examples.api_quickstart: the docs' API example reuses it."""
+    out_dir = tmp_path_factory.mktemp("api_quickstart")
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys; from pathlib import Path; from examples.api_quickstart import main; "
+         "main(Path(sys.argv[1]))", str(out_dir)],
+        capture_output=True, text=True, timeout=900, cwd=REPO_ROOT,
+    )
+    return QuickstartRun(out_dir, result)
+
+
 # --- bring-your-own-model packages (test_user_models.py, test_install.py) ------------
 
 @dataclass(frozen=True)

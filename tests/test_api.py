@@ -18,7 +18,7 @@ from torch import nn
 import aoti_deploy as ad
 from aoti_deploy.compiler.structure import load_treespec, output_names
 from aoti_deploy.verify.bits import bit_view
-from conftest import REPO_ROOT, Build
+from conftest import REPO_ROOT, Build, QuickstartRun
 
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
@@ -146,11 +146,10 @@ def test_a_shape_outside_the_dynamic_range_is_refused(mixed: Exported) -> None:
         mixed.package(*args, **kwargs)
 
 
-def test_quickstart_example_runs_end_to_end(tmp_path: Path, build: Build) -> None:
+def test_quickstart_example_runs_end_to_end(api_quickstart: QuickstartRun) -> None:
     """examples/api_quickstart.py as a user runs it: export with kwargs and a dict
     output, call, verify against eager and the C++ runner, bundle, Triton repository."""
-    result = subprocess.run([sys.executable, str(REPO_ROOT / "examples" / "api_quickstart.py"), str(tmp_path)],
-                            capture_output=True, text=True, timeout=900, cwd=REPO_ROOT)
+    result, tmp_path = api_quickstart.result, api_quickstart.out_dir
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("PASSED against eager") == 2, result.stdout
     assert "PASSED against cpp (bitwise)" in result.stdout

@@ -392,17 +392,6 @@ def test_bad_input_shape_is_refused_alike_by_both_runtimes(dynamic_package, buil
     assert not (tmp_path / "py.pt").exists() and not (tmp_path / "cpp.pt").exists()
 
 
-def test_readme_inspect_sample_has_the_rows_the_runner_prints(build, dynamic_package):
-    from conftest import REPO_ROOT, run_cmd
-
-    section = (REPO_ROOT / "README.md").read_text().split("### `aoti-deploy inspect` and `aoti_runner --inspect`")[1]
-    sample = section.split("\n```\n")[2]  # the block after the command block and the prose
-    cpp = run_cmd(build.runner, dynamic_package, "--inspect")
-    assert cpp.returncode == 0, cpp.stderr
-    names = [line.split(":", 1)[0] for line in cpp.stdout.splitlines()]
-    assert [line.split(":", 1)[0] for line in sample.strip().splitlines()] == names, sample
-
-
 # --- one CLI: aoti-deploy, and the two named entry points ---------------------------------
 
 SUBCOMMANDS = ("export", "run", "inspect", "compare", "matrix", "bundle", "triton-repository", "serve", "bench",

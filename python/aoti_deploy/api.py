@@ -375,12 +375,14 @@ class Package:
         """Compare this package's outputs for a call with a reference.
 
         Args:
-            args, kwargs: the call, as the model takes it.
+            args: the call's positional arguments, as the model takes them.
+            kwargs: the call's keyword arguments.
             against: "eager" (the model, under the package's recorded tolerance
                 unless ``tolerance`` is given) or "cpp" (the C++ runner as a
                 process, on the same tensors: bitwise, as runtimes of one package
                 must agree).
             model: the eager model; default the one this package was exported from.
+            tolerance: the rule instead of the default one (as ``export`` takes it).
 
         Returns:
             The Report (it does not raise on a difference: check ``passed``).
