@@ -328,8 +328,8 @@ def benchmark_package(
                         if measured[ONNX][0] is not None:
                             measured[ONNX] = (measured[ONNX][0], "", compiled.get("onnx note", ""))
                 if triton:
-                    measured[TRITON] = (None, "Triton for a user's package is served by `aoti-deploy serve-triton`; "
-                                        "this benchmark does not start a server", "")
+                    measured[TRITON] = (None, "not timed for a package: this benchmark starts no server (serve "
+                                        "it with aoti-deploy triton-repository and aoti-deploy serve)", "")
                 rows.extend(_rows(batch, measured))
     finally:
         torch.set_num_threads(previous_threads)

@@ -27,7 +27,7 @@ app = typer.Typer(add_completion=False, rich_markup_mode="rich")
         "With --package PKG: benchmark that package on its model, in one run and on the same inputs: eager, "
         "torch.compile (default and max-autotune, each compile bounded by --compile-timeout), the package in the "
         "Python runtime and in the C++ runner (1 thread and all threads), ONNX Runtime on an ONNX export of the "
-        "model, and optionally Triton (--triton). --model package.module:factory gives the eager model (without "
+        "model (Triton is not timed for a package: --triton adds a row that says so). --model package.module:factory gives the eager model (without "
         "it only the package's paths run); --inputs FILE the tensors (the package's input order), else the "
         "factory's example inputs, else random ones. Each path at each of --batches (dim 0 resized; a package "
         "static in batch measures only the batches it takes, and says so), with p50, p99 and throughput as "
