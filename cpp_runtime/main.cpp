@@ -69,9 +69,12 @@ Options:
   --require-signature    refuse an unsigned bundle or a bare package, and a signed
                          bundle when no trusted key is set
   --inputs FILE          read the inputs from FILE: a list of tensors written by
-                         torch.save([t, ...], FILE) or by --outputs
+                         torch.save([t, ...], FILE) or by --outputs, or for a
+                         package that names its inputs a dict of name -> tensor
+                         (torch.save({"input_ids": t, ...}, FILE))
   --outputs FILE         write the outputs to FILE in the same format
   --expected FILE        runtime parity: compare the outputs bit-for-bit with FILE
+                         (a list, or a dict by output name as --inputs)
   --eager-reference FILE compiled vs eager: compare the outputs with FILE under the
                          package's recorded tolerance (torch.testing's rtol/atol
                          for each dtype in packages that record none)
@@ -465,19 +468,19 @@ int run(const Options& options) {
     inputs = make_random_inputs(spec, options.seed, options.input_shapes);
     std::cout << "input: random (seed " << options.seed << ")\n";
   } else {
-    inputs = to_package_device(load_tensors(options.inputs), spec);
+    inputs = to_package_device(load_tensors(options.inputs, tensor_names(spec.inputs), "input"), spec);
     std::cout << "input: " << options.inputs << "\n";
   }
   const auto ready = validate_inputs(inputs, spec);
   References references;
   if (!options.expected.empty()) {
-    references.expected = load_tensors(options.expected);
+    references.expected = load_tensors(options.expected, tensor_names(spec.outputs), "output");
   }
   if (!options.eager_reference.empty()) {
-    references.eager = load_tensors(options.eager_reference);
+    references.eager = load_tensors(options.eager_reference, tensor_names(spec.outputs), "output");
   }
   for (size_t i = 0; i < ready.size(); ++i) {
-    std::cout << "input[" << i << "]: " << format_sizes(ready[i]) << " "
+    std::cout << tensor_label("input", i, spec.inputs) << ": " << format_sizes(ready[i]) << " "
               << spec.inputs[i].dtype << " on " << spec.device << "\n";
   }
 

@@ -177,9 +177,16 @@ def test_inspect_package_table_and_json_match_the_cpp_runner(build, dynamic_pack
     as_json = runner.invoke(cli_app, ["inspect", str(dynamic_package), "--json"])
     assert as_json.exit_code == 0, as_json.output
     data = json.loads(as_json.output)
+    from aoti_deploy.package.archive import read_package_spec
+
+    spec = read_package_spec(dynamic_package)
+    # The model's input name, when the package records one: "name" is written only then.
+    named = {"name": spec.inputs[0].name} if spec.inputs[0].name else {}
     assert data["inputs"] == [{"dtype": "float32", "dims": [{"min": 1, "max": 8}, {"min": 3, "max": 3},
                                                               {"min": 1, "max": 64}, {"min": 1, "max": 64}],
-                               "name": "x"}]
+                               **named}]
+    # The IdentityModel's forward argument, and a lone output.
+    assert (spec.inputs[0].name, spec.outputs[0].name) == ("x", "output")
     assert data["required_ops"] == [{"name": "my_ops::identity_conv_op", "overload": "default"}]
     assert data["required_classes"] == ["my_ops::IdentityConvClass"]
     assert data["aoti"]["AOTI_CPU_ISA"]
@@ -190,13 +197,15 @@ def test_inspect_package_table_and_json_match_the_cpp_runner(build, dynamic_pack
     lines = cpp.stdout.splitlines()
     assert lines[0] == f"package: {dynamic_package}"
     cpp_rows = [tuple(line.split(": ", 1)) if ": " in line else (line.rstrip(":"), "") for line in lines[1:]]
-    # The same rows, names and order in both runtimes.
-    from aoti_deploy.package.archive import read_package_spec
-
-    assert cpp_rows == read_package_spec(dynamic_package).describe()
-    assert dict(cpp_rows)["input[0]"] == "[1..8, 3, 1..64, 1..64] float32"
-    assert cpp_rows[1] == ("output[0]", "[1..8, 3, 1..64, 1..64] float32")  # an identity, right after the inputs
-    assert data["outputs"] == [{**data["inputs"][0], "name": "output"}]
+    # The same rows, names and order in both runtimes; a recorded name before the shape.
+    assert cpp_rows == spec.describe()
+    input_name, output_name = (f"{t[0].name}  " if t[0].name else "" for t in (spec.inputs, spec.outputs))
+    assert dict(cpp_rows)["input[0]"] == f"{input_name}[1..8, 3, 1..64, 1..64] float32"
+    # An identity, right after the inputs.
+    assert cpp_rows[1] == ("output[0]", f"{output_name}[1..8, 3, 1..64, 1..64] float32")
+    without_names = [[{k: v for k, v in item.items() if k != "name"} for item in data[key]]
+                     for key in ("outputs", "inputs")]
+    assert without_names[0] == without_names[1]  # an identity: the same specs, under their own names
     assert dict(cpp_rows)["cpu isa"] == data["aoti"]["AOTI_CPU_ISA"]
     for name, value in cpp_rows:
         assert name in table.output and value in table.output
@@ -345,7 +354,10 @@ def test_input_shape_draws_the_same_random_inputs_in_both_runtimes(dynamic_packa
                                            "--outputs", str(tmp_path / "py.pt")])
     cpp = run_cmd(build.runner, dynamic_package, op_library, *args, "--outputs", tmp_path / "cpp.pt")
     assert py.exit_code == 0 and cpp.returncode == 0, py.output + cpp.stdout + cpp.stderr
-    line = "input[0]: [5, 3, 33, 7] float32 on cpu"
+    from aoti_deploy.package.archive import read_package_spec
+    from aoti_deploy.package.spec import tensor_label
+
+    line = f"{tensor_label('input', 0, read_package_spec(dynamic_package).inputs)}: [5, 3, 33, 7] float32 on cpu"
     assert line in py.output.splitlines() and line in cpp.stdout.splitlines()
     input_lines = [[l for l in out.splitlines() if l.startswith("input")] for out in (py.output, cpp.stdout)]
     assert input_lines[0] == input_lines[1] == [f"input: random (seed {seed})", line]

@@ -263,6 +263,18 @@ def test_a_malformed_output_gets_the_same_message_as_an_input_in_both(cpp_verdic
     assert str(output_error.value) == str(input_error.value).replace("inputs[0]", "outputs[0]")
 
 
+def test_a_malformed_name_gets_the_same_message_in_both(cpp_verdicts):
+    """Tensor names are read by one rule on each side: a bad one gets one message,
+    naming the entry."""
+    cases = [v for v in _vectors("spec") if v["name"].startswith("name_") and "error" in v["expect"]]
+    assert len(cases) >= 6
+    for vector in cases:
+        with pytest.raises(SpecError) as error:
+            PackageSpec.from_metadata(_metadata(vector), "vector")
+        assert "].name" in str(error.value) or "has no name" in str(error.value), error.value
+        assert cpp_verdicts["spec"][vector["name"]]["message"] == str(error.value), vector["name"]
+
+
 def test_a_bad_value_gets_the_vector_line_in_both(cpp_verdicts):
     """An out-of-range index value is refused with one line, the same in both runtimes."""
     cases = [v for v in _vectors("validation") if "message" in v]

@@ -141,7 +141,10 @@ def test_an_unbounded_dim_is_recorded_inspected_and_run_as_unbounded(build, tmp_
     assert python_inspect.exit_code == 0, python_inspect.output
     cpp_inspect = run_cmd(build.runner, package, "--inspect")
     assert cpp_inspect.returncode == 0, cpp_inspect.stderr
-    for row in ("input[0]: [1..unbounded, 16] float32", "output[1]: [1..unbounded] float32", "spec: schema 3"):
+    spec = read_package_spec(package)
+    named = [f"{t.name}  " if t.name else "" for t in (spec.inputs[0], spec.outputs[1])]
+    for row in (f"input[0]: {named[0]}[1..unbounded, 16] float32", f"output[1]: {named[1]}[1..unbounded] float32",
+                "spec: schema 3"):
         assert row in cpp_inspect.stdout.splitlines(), cpp_inspect.stdout
         assert row.split(": ", 1)[1] in python_inspect.output, python_inspect.output
     as_json = CliRunner().invoke(cli_app, ["inspect", str(package), "--json"])

@@ -497,3 +497,35 @@ def test_both_runtimes_call_the_same_signature_files_malformed(case: str, runtim
     result = run_runtime(runtime, build, bundle, "--trusted-key", keys.public("signing"), cwd=tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "malformed signature" in result.stderr, result.stderr
+
+
+def test_the_python_api_loads_only_a_verified_bundle_under_a_trusted_key(build: Build, signed: Signed, keys: Keys,
+                                                                         compiled_package: CompiledPackage,
+                                                                         tmp_path: Path) -> None:
+    """aoti_deploy.load applies the runners' trust rules: a bare package or a bundle
+    signed by another key is refused before anything loads; the signed bundle runs
+    with the bare package's bits, in a fresh process (one that has loaded no op
+    library yet: a process holds one copy of a library) and through the C++ runner."""
+    import aoti_deploy as ad
+
+    with pytest.raises(ad.PackageError, match="bare package"):
+        ad.load(compiled_package.path, trusted_key=keys.public("signing"))
+    with pytest.raises(ad.PackageError):
+        ad.load(signed.bundle, trusted_key=keys.public("other"))
+    bundle = ad.Package(compiled_package.path, None).bundle(tmp_path / "api_bundle", sign_key=keys.private("signing"))
+    script = tmp_path / "load_signed.py"
+    script.write_text("""
+import sys
+import aoti_deploy as ad
+from aoti_deploy.runtime.tensor_files import load_tensors, save_tensors
+with ad.load(sys.argv[1], trusted_key=sys.argv[2]) as package:
+    inputs = load_tensors(sys.argv[3])
+    save_tensors(sys.argv[4], package.run(inputs))
+    assert package.verify(tuple(inputs), against="cpp").bit_identical
+print("ok")
+""")
+    for k, path in enumerate((bundle, signed.bundle)):
+        result = run_cmd(sys.executable, script, path, keys.public("signing"), signed.input_file, tmp_path / f"{k}.pt",
+                         env={**os.environ, "AOTI_DEPLOY_BUILD_DIR": str(build.dir)})
+        assert result.returncode == 0 and "ok" in result.stdout, result.stdout + result.stderr
+        assert same_bits(load_tensors(tmp_path / f"{k}.pt"), signed.reference)

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from aoti_deploy.package.archive import read_package_spec
+from aoti_deploy.package.archive import read_package_metadata, read_package_spec
+from aoti_deploy.package.spec import SPEC_KEY
 from aoti_deploy.package.bundle import write_bundle
 from aoti_deploy.runtime.tensor_files import save_tensors
 from aoti_deploy.verify.bits import bit_view
@@ -41,6 +42,8 @@ DEMO = "demo"  # the suite's identity package, [2, 3, 8, 12] float32, max_batch_
 DYNAMIC = "dynamic_fp32"  # identity, batch 1..8 (dynamic batching), height and width 1..64
 FP16 = "static_fp16"  # identity, float16
 PAIR = "affine_pair"  # two inputs, two outputs, extra_ops::affine from libextra_ops.so
+NAMED = "named_pair"  # PAIR with names in its spec: inputs x, y; outputs scaled, tanh_sum
+NAMED_INPUTS, NAMED_OUTPUTS = ("x", "y"), ("scaled", "tanh_sum")
 SIGNED = "signed_demo"  # signed, with its trusted_key in config.pbtxt
 # Models that must fail to load, and words their reason must hold.
 BROKEN = {
@@ -50,7 +53,7 @@ BROKEN = {
     "unsigned_with_key": "unsigned",
     "forced_batching": "max_batch_size 2 needs a batch dim",
 }
-SERVING = [DEMO, DYNAMIC, FP16, PAIR, SIGNED]
+SERVING = [DEMO, DYNAMIC, FP16, PAIR, SIGNED, NAMED]
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,12 @@ def served(tmp_path_factory: pytest.TempPathFactory, build: Build, compiled_pack
     ])
     assert code == 0, output
     write_repository(pair / "model.pt2", repository, name=PAIR, op_libraries=[build.extra_op_library])
+    document = json.loads(read_package_metadata(pair / "model.pt2")[SPEC_KEY])
+    for items, names in ((document["inputs"], NAMED_INPUTS), (document["outputs"], NAMED_OUTPUTS)):
+        for item, name in zip(items, names, strict=True):
+            item["name"] = name
+    named = edit_spec(pair / "model.pt2", pair / "named.pt2", inputs=document["inputs"], outputs=document["outputs"])
+    write_repository(named, repository, name=NAMED, op_libraries=[build.extra_op_library])
 
     keys = work / "keys"
     keys.mkdir()
@@ -163,6 +172,7 @@ SHAPES = {
     DYNAMIC: [((3, 3, 5, 7), torch.float32)],
     FP16: [((2, 3, 8, 12), torch.float16)],
     PAIR: [((5, 16), torch.float32), ((5, 16), torch.float32)],
+    NAMED: [((5, 16), torch.float32), ((5, 16), torch.float32)],
 }
 
 
@@ -256,13 +266,16 @@ def test_dynamic_batching_merges_concurrent_requests(served: Served) -> None:
 
 
 BAD_REQUESTS = {
-    # model, inputs, words the error must hold
+    # model, inputs, words the error must hold ({0}, {1}: the model's input names)
     "wrong dtype": (DYNAMIC, [torch.zeros(2, 3, 4, 4, dtype=torch.float64)], "data-type is 'FP64'"),
     "wrong rank": (DEMO, [torch.zeros(2, 3, 8)], "Expected [2,3,8,12], got [2,3,8]"),
     "dim out of range": (DYNAMIC, [torch.zeros(1, 3, 65, 4)], "dim 2 expected a size in [1, 64], got 65"),
-    "missing input": (PAIR, [torch.zeros(2, 16)], "INPUT__1"),
-    "unequal shared dims": (PAIR, [torch.zeros(2, 16), torch.zeros(3, 16)], "dim 0 must equal input[0] dim 0"),
-    "empty batch": (DYNAMIC, [torch.zeros(0, 3, 4, 4)], "byte size mismatch for input 'INPUT__0'"),
+    "missing input": (PAIR, [torch.zeros(2, 16)], "'{1}'"),
+    "unequal shared dims": (PAIR, [torch.zeros(2, 16), torch.zeros(3, 16)], "dim 0 must equal input[0]"),
+    "unequal shared dims, by name": (NAMED, [torch.zeros(2, 16), torch.zeros(3, 16)],
+                                     "input[1] (y): dim 0 must equal input[0] (x) dim 0"),
+    "missing input, by name": (NAMED, [torch.zeros(2, 16)], "'y'"),
+    "empty batch": (DYNAMIC, [torch.zeros(0, 3, 4, 4)], "byte size mismatch for input '{0}'"),
 }
 
 
@@ -274,8 +287,62 @@ def test_a_bad_request_gets_its_own_error_and_the_server_keeps_serving(case: str
     url = served.server.grpc_url if protocol == "grpc" else served.server.http_url
     with pytest.raises(triton_server.ServingError) as error:
         triton_server.infer(url, protocol, model, inputs)
+    words = words.format(*triton_server.model_tensor_names(served.server.http_url, model).inputs)
     assert words in str(error.value)
     good = model_inputs(DEMO, "random", seed=9)
+    assert same_bits(triton_server.infer(url, protocol, DEMO, good), good)
+
+
+def _named_request(protocol: str, url: str, inputs: dict[str, torch.Tensor], outputs: list[str]) -> dict:
+    """One request to NAMED built by hand with tritonclient: inputs and the outputs
+    asked for by name. Returns each output by name."""
+    if protocol == "http":
+        import tritonclient.http as client_module
+    else:
+        import tritonclient.grpc as client_module
+    client = client_module.InferenceServerClient(url.removeprefix("http://"))
+    try:
+        requests = []
+        for name, tensor in inputs.items():
+            request = client_module.InferInput(name, list(tensor.shape), "FP32")
+            request.set_data_from_numpy(tensor.numpy())
+            requests.append(request)
+        asked = [client_module.InferRequestedOutput(name) for name in outputs]
+        result = client.infer(NAMED, requests, outputs=asked)
+        return {name: torch.from_numpy(result.as_numpy(name).copy()) for name in outputs}
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_named_model_is_served_by_its_names(protocol: str, served: Served, tmp_path: Path) -> None:
+    """config.pbtxt declares the spec's names; a request by those names, in any order,
+    gets the outputs it asks for by name, with aoti_runner's bits. A wrong input name
+    fails that request alone."""
+    from tritonclient.utils import InferenceServerException
+
+    config = (served.repository / NAMED / "config.pbtxt").read_text()
+    for name in (*NAMED_INPUTS, *NAMED_OUTPUTS):
+        assert f'name: "{name}"' in config
+    assert "INPUT__" not in config and "OUTPUT__" not in config
+    url = served.server.grpc_url if protocol == "grpc" else served.server.http_url
+    assert triton_server.model_tensor_names(served.server.http_url, NAMED) == (NAMED_INPUTS, NAMED_OUTPUTS)
+    x, y = model_inputs(NAMED, "random", seed=11)
+    expected = dict(zip(NAMED_OUTPUTS, runner_outputs(served, NAMED, [x, y], tmp_path)))
+    got = _named_request(protocol, url, {"y": y, "x": x}, ["tanh_sum"])
+    assert list(got) == ["tanh_sum"] and same_bits([got["tanh_sum"]], [expected["tanh_sum"]])
+    got = _named_request(protocol, url, {"x": x, "y": y}, list(NAMED_OUTPUTS))
+    assert same_bits([got[name] for name in NAMED_OUTPUTS], [expected[name] for name in NAMED_OUTPUTS])
+
+    with pytest.raises(InferenceServerException) as error:
+        _named_request(protocol, url, {"x": x, "INPUT__1": y}, ["scaled"])
+    assert "INPUT__1" in error.value.message(), error.value.message()
+    with pytest.raises(InferenceServerException) as error:
+        _named_request(protocol, url, {"x": x, "y": y}, ["OUTPUT__0"])
+    assert "OUTPUT__0" in error.value.message(), error.value.message()
+    # The server keeps serving: this model by its names, and the others by theirs.
+    assert same_bits(triton_server.infer(url, protocol, NAMED, [x, y]), [expected[name] for name in NAMED_OUTPUTS])
+    good = model_inputs(DEMO, "random", seed=12)
     assert same_bits(triton_server.infer(url, protocol, DEMO, good), good)
 
 
@@ -706,9 +773,13 @@ def test_an_index_out_of_range_fails_its_request_alone(served: Served, lookup_pa
         requests = [list(lookup_inputs(batch=1, seed=300 + i)) for i in range(8)]
         requests[2][0][0, 3] = 5000
         requests[5][3][0, 1] = -10
+        from aoti_deploy.package.spec import tensor_label
+
+        specs = read_package_spec(lookup_package.path).inputs  # named by the spec, when it records names
         bad = {
-            2: "input[0]: value 5000 at [0, 3] is outside [0, 999] (this input indexes: embedding rows 0..999).",
-            5: "input[3]: value -10 at [0, 1] is outside [-9, 8]",
+            2: f"{tensor_label('input', 0, specs)}: value 5000 at [0, 3] is outside [0, 999] (this input indexes: "
+               "embedding rows 0..999).",
+            5: f"{tensor_label('input', 3, specs)}: value -10 at [0, 1] is outside [-9, 8]",
         }
         before = triton_server.model_statistics(served.server.http_url, name)
         results = send_concurrently(served, name, requests)

@@ -22,6 +22,7 @@ from aoti_deploy.serve.triton_repository import (
     CONFIG_NAME,
     config_text,
     default_model_name,
+    served_name,
     triton_config,
     write_repository,
 )
@@ -326,8 +327,9 @@ def test_write_repository_layout(compiled_package: CompiledPackage, op_library: 
     parsed = parse(written.config_path.read_text())
     # The suite's package: [2, 3, 8, 12] float32, static, so not batched.
     assert parsed.max_batch_size == 0 and list(parsed.input[0].dims) == [2, 3, 8, 12]
-    assert written.inputs[0] == ("INPUT__0", "TYPE_FP32", (2, 3, 8, 12))
-    assert written.outputs[0] == ("OUTPUT__0", "TYPE_FP32", (2, 3, 8, 12))
+    # Served by the names the spec records, else INPUT__0/OUTPUT__0.
+    assert written.inputs[0] == (served_name(spec.inputs, 0, "INPUT__"), "TYPE_FP32", (2, 3, 8, 12))
+    assert written.outputs[0] == (served_name(spec.outputs, 0, "OUTPUT__"), "TYPE_FP32", (2, 3, 8, 12))
 
     # Again, from the written bundle, as another model: the bundle's own libraries go in.
     again = write_repository(written.bundle, repository, name=default_model_name(written.bundle))
@@ -382,7 +384,9 @@ def test_cli_writes_and_summarises(compiled_package: CompiledPackage, op_library
     assert result.exit_code == 0, result.output
     # The default name is the package file's stem.
     assert (repository / "model" / CONFIG_NAME).is_file() and (repository / "model" / "1" / "model.pt2").is_file()
-    for words in ("Triton model model, version 1", "INPUT__0", "OUTPUT__0", "TYPE_FP32", "[2, 3, 8, 12]",
+    spec = read_package_spec(compiled_package.path)
+    input_name, output_name = served_name(spec.inputs, 0, "INPUT__"), served_name(spec.outputs, 0, "OUTPUT__")
+    for words in ("Triton model model, version 1", input_name, output_name, "TYPE_FP32", "[2, 3, 8, 12]",
                   "max_batch_size: 0", "instances: 2 x KIND_CPU", "signed: no",
                   f"wrote {repository / 'model' / CONFIG_NAME}", "--model-repository", "--backend-directory",
                   f"aoti-deploy serve --repository {repository} --model model"):
@@ -534,12 +538,21 @@ def test_serve_triton_checks_a_repository_end_to_end(compiled_package: CompiledP
     tritonserver_module()
     repository = tmp_path / "repository"
     write_repository(compiled_package.path, repository, name="demo", op_libraries=[build.op_library])
+    # The same package with names in its spec: served, and checked, by those names.
+    spec = read_package_spec(compiled_package.path)
+    named_package = edit_spec(compiled_package.path, tmp_path / "named.pt2",
+                              inputs=[named(t, "pixels").to_document() for t in spec.inputs],
+                              outputs=[named(t, "restored").to_document() for t in spec.outputs])
+    write_repository(named_package, repository, name="named_demo", op_libraries=[build.op_library])
+    assert 'name: "pixels"' in (repository / "named_demo" / CONFIG_NAME).read_text()
     result = run_cli("aoti-deploy", "serve", "--repository", repository, "--requests", "2",
                      "--log-file", tmp_path / "server.log", cwd=tmp_path, build=build)
     assert result.returncode == 0, result.stdout + result.stderr
     for words in ("http demo random seed 1 [2, 3, 8, 12] vs inputs: output[0] identical",
                   "grpc demo special values [2, 3, 8, 12] vs Python runtime: output[0] identical",
-                  "demo: 6 inferences in 6 executions", "PASSED"):
+                  "demo: 6 inferences in 6 executions", "PASSED",
+                  "grpc named_demo special values [2, 3, 8, 12] vs Python runtime: output[0] identical",
+                  "named_demo: 6 inferences in 6 executions"):
         assert words in result.stdout, words
     stopped = re.search(r"stopped tritonserver pid (\d+) \(exit code 0\)", result.stdout)
     assert stopped and not Path(f"/proc/{stopped.group(1)}").exists(), result.stdout
@@ -552,3 +565,31 @@ def test_serve_triton_checks_a_repository_end_to_end(compiled_package: CompiledP
     assert "libidentity_conv_ops.so" in result.stderr
     started = re.search(r"tritonserver pid (\d+)", result.stdout)
     assert started and not Path(f"/proc/{started.group(1)}").exists()
+
+
+def named(spec: TensorSpec, name: str) -> TensorSpec:
+    return TensorSpec(spec.dims, spec.dtype, spec.values, name)
+
+
+def test_a_named_package_is_served_by_its_names():
+    """The spec's names are the config's; a package without names keeps INPUT__i/OUTPUT__i."""
+    spec = PackageSpec(
+        inputs=[named(tensor("int64", (1, 8), 16), "input_ids"), named(tensor("int64", (1, 8), 16), "attention_mask")],
+        outputs=[named(tensor("float32", (1, 8), 16, 32), "last_hidden_state"),
+                 named(tensor("float32", (1, 8), 2), "logits")],
+        shared_dims=[[(0, 0), (1, 0)]],
+    )
+    config = triton_config(spec, "bert")
+    assert [(t.name, t.data_type, t.dims) for t in config.inputs] == [
+        ("input_ids", "TYPE_INT64", (16,)), ("attention_mask", "TYPE_INT64", (16,))]
+    assert [t.name for t in config.outputs] == ["last_hidden_state", "logits"]
+    parsed = parse(config.text())
+    assert [i.name for i in parsed.input] == ["input_ids", "attention_mask"]
+    assert [o.name for o in parsed.output] == ["last_hidden_state", "logits"]
+    assert parsed.max_batch_size == 8
+
+
+def test_a_named_scalar_is_refused_by_its_name():
+    spec = PackageSpec(inputs=[named(tensor("float32"), "temperature")], outputs=[named(tensor("float32"), "y")])
+    with pytest.raises(PackageError, match=r"input 0 \(temperature\) is a scalar \(0-d\)"):
+        config_text(spec, "m")

@@ -86,7 +86,9 @@ def test_both_inspections_show_the_ranges(lookup_package: UserPackage, build: Bu
     cpp_rows = [tuple(line.split(": ", 1)) if ": " in line else (line.rstrip(":"), "")
                 for line in cpp.stdout.splitlines()[1:]]
     assert cpp_rows == read_package_spec(lookup_package.path).describe()
-    assert cpp_rows[:2] == [("input[0]", "[1..8, 64] int64"), ("input[0] values", "0..999 (embedding rows 0..999)")]
+    name = read_package_spec(lookup_package.path).inputs[0].name
+    assert cpp_rows[:2] == [("input[0]", f"{name + '  ' if name else ''}[1..8, 64] int64"),
+                            ("input[0] values", "0..999 (embedding rows 0..999)")]
     assert ("input[3] values", f"-9..8 ({SLOTS.why})") in cpp_rows
     py = run_cli("aoti-deploy", "inspect", lookup_package.path, "--json", cwd=tmp_path, build=build)
     assert py.returncode == 0, py.stderr

@@ -8,6 +8,7 @@ by every test here (session fixture)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -126,6 +127,22 @@ def test_out_of_vocabulary_id_fails_alone_in_both_runtimes(zoo: dict[str, ZooMod
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "5000" in result.stderr and "terminate called" not in result.stderr
+
+
+def test_run_inference_runs_a_model_output_package_with_no_extra_option(zoo: dict[str, ZooModel], build: Build,
+                                                                       tmp_path: Path) -> None:
+    """run_inference (the CLI, a process) on a package whose model returns a
+    ModelOutput: no --fake-module needed; the same bits as the C++ runner."""
+    entry = zoo["bert"]
+    kwargs = _other_shape("bert")
+    inputs = save_tensors(tmp_path / "in.pt", [kwargs["input_ids"], kwargs["attention_mask"]])
+    py = subprocess.run([str(Path(sys.executable).parent / "run_inference"), str(entry.package.path), "--inputs",
+                         str(inputs), "--outputs", str(tmp_path / "py.pt")], capture_output=True, text=True,
+                        timeout=300, env={**os.environ, "AOTI_DEPLOY_BUILD_DIR": str(build.dir)})
+    assert py.returncode == 0, py.stdout + py.stderr
+    cpp = subprocess.run([str(build.runner), str(entry.package.path), "--inputs", str(inputs), "--expected",
+                          str(tmp_path / "py.pt")], capture_output=True, text=True, timeout=300)
+    assert cpp.returncode == 0 and "runtime parity: PASSED (bit-identical)" in cpp.stdout, cpp.stdout + cpp.stderr
 
 
 def test_package_benchmark_runs_every_path_at_two_batches(zoo: dict[str, ZooModel]) -> None:

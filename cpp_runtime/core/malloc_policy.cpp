@@ -6,6 +6,18 @@
 
 #include <limits>
 
+// gcc says __SANITIZE_ADDRESS__, clang __has_feature (which gcc 12 cannot parse).
+#if defined(__SANITIZE_ADDRESS__)
+#define AOTI_DEPLOY_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define AOTI_DEPLOY_ASAN 1
+#endif
+#endif
+#ifndef AOTI_DEPLOY_ASAN
+#define AOTI_DEPLOY_ASAN 0
+#endif
+
 namespace aoti_runner {
 
 MallocPolicy parse_malloc_policy(const std::string& name, const std::string& option) {
@@ -22,6 +34,10 @@ void apply_malloc_policy(MallocPolicy policy) {
   if (policy == MallocPolicy::kSystem) {
     return;
   }
+#if AOTI_DEPLOY_ASAN
+  // Under ASan malloc is the sanitizer's, whose mallopt does nothing and returns 0.
+  return;
+#endif
   // Every chunk from the heap (none mmap'ed), and free memory never handed back:
   // after the first run, each run's buffers reuse pages that are already mapped.
   if (mallopt(M_MMAP_MAX, 0) != 1 ||

@@ -218,6 +218,50 @@ ValueRange get_value_range(const json& value, const std::string& dtype, const st
   return range;
 }
 
+// A tensor's "name": a string of [A-Za-z_][A-Za-z0-9_.]*, of kTensorNameLimit
+// characters at most.
+std::string get_tensor_name(const json& value, const std::string& where) {
+  const auto name = get_string(value, where);
+  const auto word = [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+  };
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  const bool ok = !name.empty() && word(name[0]) &&
+                  std::all_of(name.begin(), name.end(), [&](char c) { return word(c) || digit(c) || c == '.'; });
+  // The characters first: then every name measured is ASCII, one byte per character
+  // here as in Python.
+  if (!ok) {
+    throw malformed(where + ": expected a name of ASCII letters, digits, '_' and '.' that does not start with a "
+                    "digit or '.', got " + brief_json(name));
+  }
+  if (name.size() > kTensorNameLimit) {
+    throw malformed(where + ": a name has at most " + std::to_string(kTensorNameLimit) + " characters, got " +
+                    std::to_string(name.size()));
+  }
+  return name;
+}
+
+// Names on every entry of `key` or on none, and no name twice.
+void check_names(const std::vector<TensorSpec>& specs, const std::string& key) {
+  const auto named = std::find_if(specs.begin(), specs.end(), [](const TensorSpec& t) { return !t.name.empty(); });
+  const auto unnamed = std::find_if(specs.begin(), specs.end(), [](const TensorSpec& t) { return t.name.empty(); });
+  if (named != specs.end() && unnamed != specs.end()) {
+    throw malformed(key + "[" + std::to_string(unnamed - specs.begin()) + "]: has no name, but " + key + "[" +
+                    std::to_string(named - specs.begin()) + "] has one (name every entry or none)");
+  }
+  std::map<std::string, size_t> seen;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].name.empty()) {
+      continue;
+    }
+    if (const auto it = seen.find(specs[i].name); it != seen.end()) {
+      throw malformed(key + "[" + std::to_string(i) + "].name: " + brief_json(specs[i].name) + " is also " + key +
+                      "[" + std::to_string(it->second) + "]'s name");
+    }
+    seen[specs[i].name] = i;
+  }
+}
+
 // The "inputs" or "outputs" entry (key): one object per tensor, with a known dtype and
 // dims of non-empty [min, max] ranges. "max": null (schema 3) is unbounded, and so is
 // int64's largest value: what version-2 writers recorded for torch.export's int_oo.
@@ -266,8 +310,12 @@ std::vector<TensorSpec> get_tensor_specs(const json& value, const std::string& k
     if (const auto& values = member(item, "values"); !values.is_null()) {
       tensor.values = get_value_range(values, tensor.dtype, where + ".values");
     }
+    if (item.contains("name")) {
+      tensor.name = get_tensor_name(item.at("name"), where + ".name");
+    }
     specs.push_back(tensor);
   }
+  check_names(specs, key);
   return specs;
 }
 
@@ -282,6 +330,9 @@ json tensor_specs_document(const std::vector<TensorSpec>& specs) {
     json item = {{"dtype", spec.dtype}, {"dims", dims}};
     if (spec.values) {  // written only when recorded, as in Python
       item["values"] = {{"min", spec.values->min}, {"max", spec.values->max}, {"why", spec.values->why}};
+    }
+    if (!spec.name.empty()) {  // written only when recorded, as in Python
+      item["name"] = spec.name;
     }
     items.push_back(item);
   }
@@ -329,6 +380,24 @@ std::string format_shape(const TensorSpec& spec) {
   std::string out("[");
   out.append(join(dims, ", ")).append("]");
   return out;
+}
+
+std::string tensor_label(const std::string& role, size_t index, const std::vector<TensorSpec>& specs) {
+  auto label = role + "[" + std::to_string(index) + "]";
+  if (index < specs.size() && !specs[index].name.empty()) {
+    label.append(" (").append(specs[index].name).append(")");
+  }
+  return label;
+}
+
+std::vector<std::string> tensor_names(const std::vector<TensorSpec>& specs) {
+  std::vector<std::string> names;
+  if (!specs.empty() && !specs.front().name.empty()) {
+    for (const auto& spec : specs) {
+      names.push_back(spec.name);
+    }
+  }
+  return names;
 }
 
 PackageSpec parse_spec_document(const json& document) {
@@ -719,7 +788,9 @@ std::vector<std::pair<std::string, std::string>> describe_package(const PackageS
   std::vector<std::pair<std::string, std::string>> rows;
   const auto tensor_rows = [&](const std::string& name, const std::vector<TensorSpec>& specs) {
     for (size_t i = 0; i < specs.size(); ++i) {
-      rows.emplace_back(name + "[" + std::to_string(i) + "]", format_shape(specs[i]) + " " + specs[i].dtype);
+      rows.emplace_back(name + "[" + std::to_string(i) + "]",
+                        (specs[i].name.empty() ? "" : specs[i].name + "  ") + format_shape(specs[i]) + " " +
+                            specs[i].dtype);
     }
   };
   tensor_rows("input", spec.inputs);

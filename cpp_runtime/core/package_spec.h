@@ -56,11 +56,18 @@ struct ValueRange {
   std::string str() const;  // "[min, max]"
 };
 
+// A tensor's name may be an identifier, dots allowed after the first character
+// ([A-Za-z_][A-Za-z0-9_.]*), of at most kTensorNameLimit characters.
+constexpr size_t kTensorNameLimit = 128;
+
 struct TensorSpec {
   std::vector<DimSpec> dims;
   std::string dtype;  // Python spelling: "float32", "bfloat16", ...
   // Inputs only, when export saw (or was told) which values index a tensor.
   std::optional<ValueRange> values;
+  // The model's name for the tensor (e.g. "input_ids"); empty when not recorded. Either
+  // every input (output) of a spec has one, or none does.
+  std::string name;
 };
 
 // A custom op the package calls, with its overload ("default" for the unnamed one);
@@ -139,5 +146,12 @@ PackageSpec spec_from_metadata(const std::map<std::string, std::string>& metadat
 std::vector<std::pair<std::string, std::string>> describe_package(const PackageSpec& spec);
 
 std::string format_shape(const TensorSpec& spec);
+
+// How messages name a tensor: "input[0]", or "input[0] (input_ids)" when the package
+// records names (role "input" or "output"). The same as spec.py's tensor_label.
+std::string tensor_label(const std::string& role, size_t index, const std::vector<TensorSpec>& specs);
+
+// The recorded names of `specs` in order, or none when they have none.
+std::vector<std::string> tensor_names(const std::vector<TensorSpec>& specs);
 
 }  // namespace aoti_runner

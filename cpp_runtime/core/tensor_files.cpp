@@ -1,7 +1,9 @@
 #include "tensor_files.h"
 
 #include "errors.h"
-
+#include "json_text.h"
+#include "pickle_check.h"
+#include "text.h"
 #include "zip_archive.h"
 
 #include <ATen/ATen.h>
@@ -11,11 +13,13 @@
 #include <torch/csrc/jit/serialization/unpickler.h>
 #include <torch/serialize.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <optional>
+#include <stdexcept>
 
 namespace aoti_runner {
 
@@ -27,8 +31,15 @@ namespace {
 c10::IValue unpickle_tensor_file(const std::vector<char>& bytes, std::map<const void*, size_t>& record_sizes) {
   caffe2::serialize::PyTorchStreamReader reader(
       std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.data(), static_cast<off_t>(bytes.size())));
-  auto [pickle, pickle_size] = reader.getRecord("data.pkl");
+  // Not a structured binding: clang before 16 cannot capture one in the lambda below.
+  auto pickle_record = reader.getRecord("data.pkl");
+  const auto& pickle = std::get<0>(pickle_record);
+  const size_t pickle_size = std::get<1>(pickle_record);
   const auto* pickle_bytes = static_cast<const char*>(pickle.get());
+  // The unpickler allocates what an opcode declares before reading it.
+  if (const auto problem = pickle_length_problem(pickle_bytes, pickle_size); !problem.empty()) {
+    throw std::runtime_error("data.pkl: " + problem);
+  }
   size_t position = 0;
   const auto read = [&](char* out, size_t n) -> size_t {
     const size_t count = std::min(n, pickle_size - position);
@@ -58,11 +69,12 @@ std::optional<uint64_t> multiply_add(uint64_t a, uint64_t b, uint64_t c) {
 
 // Each tensor must be a dense CPU tensor whose storage lies within the record it was
 // read from, and whose view (offset, sizes, strides) lies within its storage.
-void check_tensors_within_records(const std::vector<at::Tensor>& tensors,
+// `labels` name the tensors in messages ("tensor 0", "tensor 'input_ids'").
+void check_tensors_within_records(const std::vector<at::Tensor>& tensors, const std::vector<std::string>& labels,
                                   const std::map<const void*, size_t>& record_sizes, const std::string& path) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];
-    const std::string where = "tensor file " + path + ": tensor " + std::to_string(i);
+    const std::string where = "tensor file " + path + ": " + labels[i];
     const std::string fix = " Write the file again with torch.save([tensor, ...], path).";
     if (t.layout() != at::kStrided || t.is_quantized()) {
       throw RunnerError(where + " is not a dense tensor (layout " + c10::str(t.layout()) + ", " +
@@ -104,9 +116,78 @@ void check_tensors_within_records(const std::vector<at::Tensor>& tensors,
   }
 }
 
+// Names read from a file, for messages: each quoted and cut (brief_json), the first
+// eight of them.
+std::string shown_keys(const std::vector<std::string>& keys) {
+  std::vector<std::string> shown;
+  for (size_t i = 0; i < keys.size() && i < 8; ++i) {
+    shown.push_back(brief_json(keys[i]));
+  }
+  if (keys.size() > 8) {
+    shown.push_back("and " + std::to_string(keys.size() - 8) + " more");
+  }
+  return join(shown, ", ");
+}
+
+// A dict of name -> tensor, in the order of `names` (the package's names of its
+// `role`s), with each tensor's label for messages. Worded as
+// python/aoti_deploy/runtime/tensor_files.py's _tensors_by_name.
+std::vector<at::Tensor> tensors_by_name(const c10::Dict<c10::IValue, c10::IValue>& dict,
+                                        const std::vector<std::string>& names, const std::string& role,
+                                        const std::string& path, std::vector<std::string>& labels) {
+  std::vector<std::string> keys;
+  for (const auto& entry : dict) {
+    if (!entry.key().isString()) {
+      throw RunnerError("tensor file " + path + " holds a dict with a key of type " + entry.key().tagKind() +
+                        "; the keys of a tensor file's dict are tensor names (strings).");
+    }
+    const auto key = entry.key().toStringRef();
+    if (!entry.value().isTensor()) {
+      throw RunnerError("tensor file " + path + ": the entry " + brief_json(key) + " is of type " +
+                        entry.value().tagKind() + ", expected a tensor.");
+    }
+    keys.push_back(key);
+  }
+  if (names.empty()) {
+    throw RunnerError("tensor file " + path + " holds tensors by name (" + shown_keys(keys) +
+                      "), but the package records no " + role + " names.\nWrite a list in the package's " + role +
+                      " order with torch.save([tensor, ...], path).");
+  }
+  std::vector<std::string> missing;
+  std::vector<std::string> unknown;
+  for (const auto& name : names) {
+    if (std::find(keys.begin(), keys.end(), name) == keys.end()) {
+      missing.push_back(name);
+    }
+  }
+  for (const auto& key : keys) {
+    if (std::find(names.begin(), names.end(), key) == names.end()) {
+      unknown.push_back(key);
+    }
+  }
+  if (!missing.empty() || !unknown.empty()) {
+    std::vector<std::string> problems;
+    if (!missing.empty()) {
+      problems.push_back("missing " + role + "(s) " + join(missing, ", "));
+    }
+    if (!unknown.empty()) {
+      problems.push_back("unknown name(s) " + shown_keys(unknown));
+    }
+    throw RunnerError("tensor file " + path + ": " + join(problems, "; ") + ". The package's " + role + "s are " +
+                      join(names, ", ") + ": save a dict with exactly these names, or a list in this order.");
+  }
+  std::vector<at::Tensor> tensors;
+  for (const auto& name : names) {
+    tensors.push_back(dict.at(c10::IValue(name)).toTensor());
+    labels.push_back("tensor '" + name + "'");
+  }
+  return tensors;
+}
+
 }  // namespace
 
-std::vector<at::Tensor> load_tensors(const std::string& path) {
+std::vector<at::Tensor> load_tensors(const std::string& path, const std::vector<std::string>& names,
+                                     const std::string& role) {
   namespace fs = std::filesystem;
   if (!fs::exists(path)) {
     throw RunnerError("tensor file not found: " + path +
@@ -152,9 +233,15 @@ std::vector<at::Tensor> load_tensors(const std::string& path) {
     throw RunnerError(message);
   }
   std::vector<at::Tensor> tensors;
+  std::vector<std::string> labels;
   if (value.isTensor()) {
     tensors.push_back(value.toTensor());
-    check_tensors_within_records(tensors, record_sizes, path);
+    check_tensors_within_records(tensors, {"tensor 0"}, record_sizes, path);
+    return tensors;
+  }
+  if (value.isGenericDict()) {
+    tensors = tensors_by_name(value.toGenericDict(), names, role, path, labels);
+    check_tensors_within_records(tensors, labels, record_sizes, path);
     return tensors;
   }
   if (!value.isList() && !value.isTuple()) {
@@ -169,8 +256,9 @@ std::vector<at::Tensor> load_tensors(const std::string& path) {
                         elements[i].tagKind() + ", expected a tensor.");
     }
     tensors.push_back(elements[i].toTensor());
+    labels.push_back("tensor " + std::to_string(i));
   }
-  check_tensors_within_records(tensors, record_sizes, path);
+  check_tensors_within_records(tensors, labels, record_sizes, path);
   return tensors;
 }
 

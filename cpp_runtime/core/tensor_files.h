@@ -1,6 +1,6 @@
 // Tensor files shared by the Python and C++ runtimes: a list of tensors in
-// torch.save format, read with torch::pickle_load. Pairs with
-// python/aoti_deploy/runtime/tensor_files.py.
+// torch.save format, or for a package with names a dict of name -> tensor, read with
+// torch::pickle_load. Pairs with python/aoti_deploy/runtime/tensor_files.py.
 #pragma once
 
 #include "package_spec.h"
@@ -12,7 +12,13 @@
 
 namespace aoti_runner {
 
-std::vector<at::Tensor> load_tensors(const std::string& path);
+// The tensors of a file, in the package's order: a list or tuple as it is (a single
+// tensor is a list of one), or a dict of name -> tensor put in the order of `names`,
+// the package's recorded names of its `role`s ("input" or "output"). A dict for a
+// package without names, or with a missing or unknown name, is a RunnerError (exit 2)
+// that lists the expected names.
+std::vector<at::Tensor> load_tensors(const std::string& path, const std::vector<std::string>& names = {},
+                                     const std::string& role = "input");
 void save_tensors(const std::string& path, const std::vector<at::Tensor>& tensors);
 
 // Tensor files hold CPU tensors; this moves them to the package's device.

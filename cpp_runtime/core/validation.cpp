@@ -63,10 +63,11 @@ std::vector<int64_t> position_of(int64_t k, const std::vector<int64_t>& shape) {
   return position;
 }
 
-// Worded as value_error in python/aoti_deploy/runtime/validation.py.
-RunnerError value_error(size_t index, int64_t value, const std::vector<int64_t>& position,
+// Worded as value_error in python/aoti_deploy/runtime/validation.py; `label` is the
+// input's tensor_label.
+RunnerError value_error(const std::string& label, int64_t value, const std::vector<int64_t>& position,
                         const ValueRange& allowed) {
-  return RunnerError("input[" + std::to_string(index) + "]: value " + std::to_string(value) + " at " +
+  return RunnerError(label + ": value " + std::to_string(value) + " at " +
                          format_sizes(position) + " is outside " + allowed.str() +
                          " (this input indexes: " + allowed.why + "). Pass values in " + allowed.str() + ".",
                      "value");
@@ -85,7 +86,7 @@ void check_input_values(size_t index, const at::Tensor& input, const PackageSpec
   }
   const auto k = outside.nonzero()[0][0].item<int64_t>();
   const auto value = input.reshape({-1})[k].item<int64_t>();
-  throw value_error(index, value, position_of(k, input.sizes().vec()), allowed);
+  throw value_error(tensor_label("input", index, spec.inputs), value, position_of(k, input.sizes().vec()), allowed);
 }
 
 void check_values(const std::vector<at::Tensor>& inputs, const PackageSpec& spec) {
@@ -104,7 +105,7 @@ void check_inputs(const std::vector<InputDesc>& inputs, const PackageSpec& spec)
   for (size_t i = 0; i < inputs.size(); ++i) {
     const auto& given = inputs[i];
     const auto& expected = spec.inputs[i];
-    const std::string name = "input[" + std::to_string(i) + "]";
+    const std::string name = tensor_label("input", i, spec.inputs);
     if (given.shape.size() != expected.dims.size()) {
       throw RunnerError(name + ": expected rank " + std::to_string(expected.dims.size()) + " " +
                             format_shape(expected) + ", got rank " +
@@ -148,8 +149,9 @@ void check_inputs(const std::vector<InputDesc>& inputs, const PackageSpec& spec)
       const auto [i, d] = group[k];
       const auto size = inputs[static_cast<size_t>(i)].shape[static_cast<size_t>(d)];
       if (size != first) {
-        throw RunnerError("input[" + std::to_string(i) + "]: dim " + std::to_string(d) +
-                              " must equal input[" + std::to_string(i0) + "] dim " +
+        throw RunnerError(tensor_label("input", static_cast<size_t>(i), spec.inputs) + ": dim " +
+                              std::to_string(d) + " must equal " +
+                              tensor_label("input", static_cast<size_t>(i0), spec.inputs) + " dim " +
                               std::to_string(d0) +
                               " (the package compiled them as one dynamic size), got " +
                               std::to_string(size) + " and " + std::to_string(first) + ".",
@@ -166,7 +168,8 @@ void check_inputs(const std::vector<InputDesc>& inputs, const PackageSpec& spec)
     for (size_t k = 0; k < given->size(); ++k) {
       const auto value = (*given)[k];
       if (value < allowed->min || value > allowed->max) {
-        throw value_error(i, value, position_of(static_cast<int64_t>(k), inputs[i].shape), *allowed);
+        throw value_error(tensor_label("input", i, spec.inputs), value,
+                          position_of(static_cast<int64_t>(k), inputs[i].shape), *allowed);
       }
     }
   }

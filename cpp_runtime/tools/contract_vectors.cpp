@@ -218,7 +218,8 @@ json run_vector(const std::string& suite, const json& vector) {
       const auto entries = [](const std::vector<aoti_runner::TensorSpec>& tensors, const char* prefix) {
         std::vector<aoti_triton::ConfigTensor> result;
         for (size_t i = 0; i < tensors.size(); ++i) {
-          aoti_triton::ConfigTensor entry{prefix + std::to_string(i), *aoti_triton::config_type_of(tensors[i].dtype), {}};
+          aoti_triton::ConfigTensor entry{aoti_triton::served_name(tensors, i, prefix),
+                                          *aoti_triton::config_type_of(tensors[i].dtype), {}};
           for (size_t d = 1; d < tensors[i].dims.size(); ++d) {
             entry.dims.push_back(tensors[i].dims[d].is_static() ? tensors[i].dims[d].min : -1);
           }

@@ -289,7 +289,7 @@ void run_group(InstanceState& instance, const std::vector<Pending*>& group, bool
     if (batched) {
       for (size_t k = 0; k < outputs.size(); ++k) {
         if (outputs[k].dim() == 0 || outputs[k].size(0) != total) {
-          throw RunnerError(std::string(kOutputPrefix) + std::to_string(k) + " has shape " +
+          throw RunnerError(served_name(spec.outputs, k, kOutputPrefix) + " has shape " +
                             aoti_runner::format_sizes(outputs[k]) + ", whose dim 0 is not the batch of " +
                             std::to_string(total) +
                             ": the package's outputs do not follow its batch dim. Set max_batch_size: 0 "
@@ -311,7 +311,7 @@ void run_group(InstanceState& instance, const std::vector<Pending*>& group, bool
       continue;
     }
     try {
-      write_response_outputs(item->request, item->response, outputs, batched, first, item->batch);
+      write_response_outputs(item->request, item->response, spec, outputs, batched, first, item->batch);
     } catch (...) {
       item->error = describe_current_exception();
     }

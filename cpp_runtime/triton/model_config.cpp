@@ -4,6 +4,7 @@
 #include "dtypes.h"
 #include "errors.h"
 #include "package_spec.h"
+#include "text.h"
 #include "validation.h"
 
 #include <algorithm>
@@ -95,25 +96,23 @@ std::vector<ConfigTensor> tensors(const json& config, const char* key) {
   return result;
 }
 
-std::string indexed_name(const char* prefix, size_t i) {
-  return prefix + std::to_string(i);
-}
-
-// The config's entries by name, each named exactly once, and no other names.
-std::vector<const ConfigTensor*> by_index(const std::vector<ConfigTensor>& entries, const char* prefix,
+// The config's entries by name (the served names of `specs`), each named exactly
+// once, and no other names.
+std::vector<const ConfigTensor*> by_index(const std::vector<ConfigTensor>& entries,
+                                          const std::vector<aoti_runner::TensorSpec>& specs, const char* prefix,
                                           size_t count, const char* what) {
   std::vector<const ConfigTensor*> found(count, nullptr);
   for (const auto& entry : entries) {
     size_t index = count;
     for (size_t i = 0; i < count; ++i) {
-      if (entry.name == indexed_name(prefix, i)) {
+      if (entry.name == served_name(specs, i, prefix)) {
         index = i;
       }
     }
     if (index == count) {
       throw RunnerError("config.pbtxt: " + std::string(what) + " '" + entry.name +
                         "' is not one of the package's: it has " + std::to_string(count) + " " + what +
-                        "(s), named " + tensor_names(prefix, count) +
+                        "(s), named " + served_names(specs, count, prefix) +
                         ". Write the config with aoti-deploy triton-repository.");
     }
     if (found[index] != nullptr) {
@@ -163,9 +162,23 @@ void check_tensor(const ConfigTensor& entry, const aoti_runner::TensorSpec& spec
 
 }  // namespace
 
-std::string tensor_names(const char* prefix, size_t count) {
+std::string served_name(const std::vector<aoti_runner::TensorSpec>& specs, size_t index, const char* prefix) {
+  if (index < specs.size() && !specs[index].name.empty()) {
+    return specs[index].name;
+  }
+  return prefix + std::to_string(index);
+}
+
+std::string served_names(const std::vector<aoti_runner::TensorSpec>& specs, size_t count, const char* prefix) {
   if (count == 0) {
     return "none";
+  }
+  if (!aoti_runner::tensor_names(specs).empty()) {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < count; ++i) {
+      names.push_back(served_name(specs, i, prefix));
+    }
+    return aoti_runner::join(names, ", ");
   }
   std::string names = prefix + std::string("0");
   if (count > 1) {
@@ -252,7 +265,7 @@ ModelConfig parse_model_config(const json& config) {
   // test_fault is for the backend's tests only: it makes execute fail on purpose.
   static const std::array<const char*, 3> kKnown{"intra_op_threads", "trusted_key", "test_fault"};
   for (const auto& [key, value] : result.parameters) {
-    if (std::find_if(kKnown.begin(), kKnown.end(), [&](const char* k) { return key == k; }) == kKnown.end()) {
+    if (std::find_if(kKnown.begin(), kKnown.end(), [&name = key](const char* k) { return name == k; }) == kKnown.end()) {
       throw RunnerError("config.pbtxt: unknown parameter '" + key +
                         "'; the aoti backend takes intra_op_threads and trusted_key.");
     }
@@ -298,10 +311,10 @@ void check_config_against_spec(const ModelConfig& config, const aoti_runner::Pac
   if (config.inputs.size() != spec.inputs.size()) {
     throw RunnerError("config.pbtxt lists " + std::to_string(config.inputs.size()) +
                       " input(s), but the package takes " + std::to_string(spec.inputs.size()) + " (" +
-                      tensor_names(kInputPrefix, spec.inputs.size()) +
+                      served_names(spec.inputs, spec.inputs.size(), kInputPrefix) +
                       "). Write the config with aoti-deploy triton-repository.");
   }
-  const auto inputs = by_index(config.inputs, kInputPrefix, spec.inputs.size(), "input");
+  const auto inputs = by_index(config.inputs, spec.inputs, kInputPrefix, spec.inputs.size(), "input");
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
     check_tensor(*inputs[i], spec.inputs[i], config.max_batch_size, "input");
   }
@@ -328,7 +341,8 @@ void check_config_against_spec(const ModelConfig& config, const aoti_runner::Pac
       const auto& dims = spec.inputs[i].dims;
       if (dims.empty() || dims[0].is_static() || (dims[0].max && config.max_batch_size > *dims[0].max) ||
           dims[0].min != batch.min || dims[0].max != batch.max) {
-        refuse("input[" + std::to_string(i) + "] is " + aoti_runner::format_shape(spec.inputs[i]) +
+        refuse(aoti_runner::tensor_label("input", i, spec.inputs) + " is " +
+               aoti_runner::format_shape(spec.inputs[i]) +
                " (every input's dim 0 must be one dynamic range, up to at least max_batch_size)");
       }
     }
@@ -336,8 +350,8 @@ void check_config_against_spec(const ModelConfig& config, const aoti_runner::Pac
     for (const auto* tensors : {&spec.inputs, &spec.outputs}) {
       for (size_t i = 0; i < tensors->size(); ++i) {
         if ((*tensors)[i].dims.size() == 1) {
-          refuse(std::string(tensors == &spec.inputs ? "input[" : "output[") + std::to_string(i) +
-                 "] has no dim besides dim 0");
+          refuse(aoti_runner::tensor_label(tensors == &spec.inputs ? "input" : "output", i, *tensors) +
+                 " has no dim besides dim 0");
         }
       }
     }
@@ -361,15 +375,17 @@ void check_config_against_spec(const ModelConfig& config, const aoti_runner::Pac
       const bool batch_group = std::find(group.begin(), group.end(), std::pair<int64_t, int64_t>{0, 0}) != group.end();
       for (const auto& [input, dim] : group) {
         if (batch_group && dim != 0) {
-          refuse("input[" + std::to_string(input) + "] dim " + std::to_string(dim) + " is tied to the batch dim");
+          refuse(aoti_runner::tensor_label("input", static_cast<size_t>(input), spec.inputs) + " dim " +
+                 std::to_string(dim) + " is tied to the batch dim");
         }
       }
     }
     for (size_t k = 0; k < spec.outputs.size(); ++k) {
       const auto& dims = spec.outputs[k].dims;
       if (dims.empty() || dims[0].min != batch.min || dims[0].max != batch.max) {
-        refuse("output[" + std::to_string(k) + "] is " + aoti_runner::format_shape(spec.outputs[k]) +
-               ", whose dim 0 does not follow the inputs' " + aoti_runner::format_shape(spec.inputs[0]));
+        refuse(aoti_runner::tensor_label("output", k, spec.outputs) + " is " +
+               aoti_runner::format_shape(spec.outputs[k]) + ", whose dim 0 does not follow the inputs' " +
+               aoti_runner::format_shape(spec.inputs[0]));
       }
     }
   }
@@ -379,12 +395,12 @@ void check_config_against_spec(const ModelConfig& config, const aoti_runner::Pac
                         " output(s), but the package returns " + std::to_string(spec.outputs.size()) +
                         ". Write the config with aoti-deploy triton-repository.");
     }
-    const auto outputs = by_index(config.outputs, kOutputPrefix, spec.outputs.size(), "output");
+    const auto outputs = by_index(config.outputs, spec.outputs, kOutputPrefix, spec.outputs.size(), "output");
     for (size_t i = 0; i < spec.outputs.size(); ++i) {
       check_tensor(*outputs[i], spec.outputs[i], config.max_batch_size, "output");
     }
   } else {
-    by_index(config.outputs, kOutputPrefix, config.outputs.size(), "output");
+    by_index(config.outputs, spec.outputs, kOutputPrefix, config.outputs.size(), "output");
   }
 }
 

@@ -18,12 +18,19 @@
 
 namespace aoti_triton {
 
-// The package's flat inputs and outputs are INPUT__0, INPUT__1, ... and OUTPUT__0, ...
+// The package's flat inputs and outputs go by the names its spec records (e.g.
+// input_ids, logits), else by INPUT__0, INPUT__1, ... and OUTPUT__0, ...
 inline constexpr const char* kInputPrefix = "INPUT__";
 inline constexpr const char* kOutputPrefix = "OUTPUT__";
 
-// "INPUT__0..INPUT__2", "INPUT__0" or "none": the names of `count` tensors, for messages.
-std::string tensor_names(const char* prefix, size_t count);
+// The name of the package's tensor `index` in the config and in requests: the spec's
+// recorded name, else prefix + index (also for an index past `specs`, as for the
+// outputs of a package that records none). The rule of triton_repository's names.
+std::string served_name(const std::vector<aoti_runner::TensorSpec>& specs, size_t index, const char* prefix);
+
+// The served names of `count` tensors, for messages: "input_ids, attention_mask" when
+// the spec records names, else "INPUT__0..INPUT__2" or "INPUT__0"; "none" for none.
+std::string served_names(const std::vector<aoti_runner::TensorSpec>& specs, size_t count, const char* prefix);
 
 struct ConfigTensor {
   std::string name;

@@ -87,10 +87,10 @@ std::vector<at::Tensor> read_request_inputs(TRITONBACKEND_Request* request, cons
                                             const c10::Device& device) {
   uint32_t given = 0;
   check(TRITONBACKEND_RequestInputCount(request, &given), "reading the request's inputs");
+  const auto expected_names = served_names(spec.inputs, spec.inputs.size(), kInputPrefix);
   if (given != spec.inputs.size()) {
-    throw RunnerError("the model takes " + std::to_string(spec.inputs.size()) + " input(s) (" +
-                      tensor_names(kInputPrefix, spec.inputs.size()) + "), the request has " + std::to_string(given) +
-                      ".");
+    throw RunnerError("the model takes " + std::to_string(spec.inputs.size()) + " input(s) (" + expected_names +
+                      "), the request has " + std::to_string(given) + ".");
   }
   struct Given {
     TRITONBACKEND_Input* input = nullptr;
@@ -102,11 +102,11 @@ std::vector<at::Tensor> read_request_inputs(TRITONBACKEND_Request* request, cons
   std::vector<aoti_runner::InputDesc> descs(spec.inputs.size());
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
     auto& handle = handles[i];
-    handle.name = kInputPrefix + std::to_string(i);
+    handle.name = served_name(spec.inputs, i, kInputPrefix);
     if (auto* error = TRITONBACKEND_RequestInput(request, handle.name.c_str(), &handle.input)) {
       TRITONSERVER_ErrorDelete(error);
       throw RunnerError("the request has no input " + handle.name + " (input[" + std::to_string(i) +
-                        "] of the package).");
+                        "] of the package, whose inputs are " + expected_names + ").");
     }
     TRITONSERVER_DataType type = TRITONSERVER_TYPE_INVALID;
     const int64_t* shape = nullptr;
@@ -120,11 +120,15 @@ std::vector<at::Tensor> read_request_inputs(TRITONBACKEND_Request* request, cons
     descs[i].shape.assign(shape, shape + dims);
     descs[i].device = spec.device;  // copied to the package's device below
   }
+  // The core names inputs by position, and by name when the spec records names (the
+  // request's names then); else the request's INPUT__i is the core's input[i].
+  const std::string unnamed_hint = aoti_runner::tensor_names(spec.inputs).empty()
+                                       ? std::string(" (the request's ") + kInputPrefix + "i is the package's input[i])"
+                                       : std::string();
   try {
     aoti_runner::check_inputs(descs, spec);
   } catch (const RunnerError& e) {
-    // The core names inputs by position; the request names them INPUT__i.
-    throw RunnerError(std::string(e.what()) + " (the request's " + kInputPrefix + "i is the package's input[i])", e.kind());
+    throw RunnerError(std::string(e.what()) + unnamed_hint, e.kind());
   }
   std::vector<at::Tensor> tensors;
   tensors.reserve(spec.inputs.size());
@@ -141,14 +145,15 @@ std::vector<at::Tensor> read_request_inputs(TRITONBACKEND_Request* request, cons
     try {
       aoti_runner::check_input_values(i, tensors.back(), spec);
     } catch (const RunnerError& e) {
-      throw RunnerError(std::string(e.what()) + " (the request's " + kInputPrefix + "i is the package's input[i])", e.kind());
+      throw RunnerError(std::string(e.what()) + unnamed_hint, e.kind());
     }
   }
   return tensors;
 }
 
 void write_response_outputs(TRITONBACKEND_Request* request, TRITONBACKEND_Response* response,
-                            const std::vector<at::Tensor>& outputs, bool batched, int64_t first, int64_t count) {
+                            const aoti_runner::PackageSpec& spec, const std::vector<at::Tensor>& outputs,
+                            bool batched, int64_t first, int64_t count) {
   uint32_t requested = 0;
   check(TRITONBACKEND_RequestOutputCount(request, &requested), "reading the requested outputs");
   for (uint32_t r = 0; r < requested; ++r) {
@@ -157,13 +162,14 @@ void write_response_outputs(TRITONBACKEND_Request* request, TRITONBACKEND_Respon
     const std::string wanted = name;
     size_t index = outputs.size();
     for (size_t k = 0; k < outputs.size(); ++k) {
-      if (wanted == kOutputPrefix + std::to_string(k)) {
+      if (wanted == served_name(spec.outputs, k, kOutputPrefix)) {
         index = k;
       }
     }
     if (index == outputs.size()) {
       throw RunnerError("the request asks for output '" + wanted + "', but the package returns " +
-                        std::to_string(outputs.size()) + " (" + tensor_names(kOutputPrefix, outputs.size()) + ").");
+                        std::to_string(outputs.size()) + " (" +
+                        served_names(spec.outputs, outputs.size(), kOutputPrefix) + ").");
     }
     auto piece = batched ? outputs[index].narrow(0, first, count) : outputs[index];
     const auto type = server_type_of(aoti_runner::dtype_name(piece.scalar_type()));

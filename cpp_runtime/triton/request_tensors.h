@@ -14,17 +14,19 @@
 
 namespace aoti_triton {
 
-// Reads INPUT__0.. of one request as tensors on `device`, dense and row-major.
+// Reads the package's inputs from one request, by their served names (the spec's
+// recorded names, else INPUT__0..), as tensors on `device`, dense and row-major.
 // A single element-aligned buffer on that device is used in place (valid until the
 // request is released); inputs in several buffers, or on another device, are copied.
 // Throws a RunnerError naming the problem (the request's error alone).
 std::vector<at::Tensor> read_request_inputs(TRITONBACKEND_Request* request,
                                             const aoti_runner::PackageSpec& spec, const c10::Device& device);
 
-// Adds each output the request asks for to `response`: rows [first, first + count) of
-// dim 0 when `batched`, else the whole tensor. Throws a RunnerError.
+// Adds each output the request asks for (by its served name) to `response`: rows
+// [first, first + count) of dim 0 when `batched`, else the whole tensor. Throws a
+// RunnerError.
 void write_response_outputs(TRITONBACKEND_Request* request, TRITONBACKEND_Response* response,
-                            const std::vector<at::Tensor>& outputs, bool batched, int64_t first,
-                            int64_t count);
+                            const aoti_runner::PackageSpec& spec, const std::vector<at::Tensor>& outputs,
+                            bool batched, int64_t first, int64_t count);
 
 }  // namespace aoti_triton

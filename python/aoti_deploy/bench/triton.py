@@ -173,17 +173,18 @@ def _client(protocol: str, server: Any) -> Any:
 def _client_latency(server: Any, protocol: str, model: str, x: torch.Tensor, requests: int, warmup: int) -> Latency:
     """Sequential requests over one connection, each timed from the call to the
     outputs as tensors; the first, middle and last responses are checked bit for bit."""
-    from ..serve.triton_server import infer
+    from ..serve.triton_server import infer, model_tensor_names
 
+    names = model_tensor_names(server.http_url, model)  # asked once, not in each timed request
     client = _client(protocol, server)
     try:
         for _ in range(warmup):
-            _check_bits(infer(client, protocol, model, [x]), x, f"{protocol} warm-up on {model}")
+            _check_bits(infer(client, protocol, model, [x], names), x, f"{protocol} warm-up on {model}")
         samples, kept = [], {}
         checked = {0, requests // 2, requests - 1}
         for i in range(requests):
             start = time.perf_counter_ns()
-            outputs = infer(client, protocol, model, [x])
+            outputs = infer(client, protocol, model, [x], names)
             samples.append((time.perf_counter_ns() - start) / 1e3)
             if i in checked:
                 kept[i] = outputs
@@ -213,17 +214,18 @@ def _server_phases(server: Any, model: str, x: torch.Tensor, requests: int, warm
     each request's share taken as the difference from the previous read."""
     import tritonclient.http as http_module
 
-    from ..serve.triton_server import ServingError, infer
+    from ..serve.triton_server import ServingError, infer, model_tensor_names
 
+    names = model_tensor_names(server.http_url, model)
     client = _client("grpc", server)
     stats_client = http_module.InferenceServerClient(server.http_url.removeprefix("http://"))
     try:
         for _ in range(warmup):
-            _check_bits(infer(client, "grpc", model, [x]), x, f"grpc warm-up on {model}")
+            _check_bits(infer(client, "grpc", model, [x], names), x, f"grpc warm-up on {model}")
         before = _phase_totals(stats_client, model)
         samples: dict[str, list[float]] = {phase: [] for phase in (*PHASES, TOTAL)}
         for i in range(requests):
-            outputs = infer(client, "grpc", model, [x])
+            outputs = infer(client, "grpc", model, [x], names)
             if i == 0:
                 _check_bits(outputs, x, f"grpc statistics run on {model}")
             deadline = time.monotonic() + _STATS_WAIT_S
@@ -254,8 +256,9 @@ def _throughput_run(server: Any, model: str, x: torch.Tensor, clients: int, seco
     start together and send requests back to back for ``seconds``; each checks its
     first and last response bit for bit. The model's statistics are read before the
     start and after the last thread ends."""
-    from ..serve.triton_server import infer, model_statistics
+    from ..serve.triton_server import infer, model_statistics, model_tensor_names
 
+    names = model_tensor_names(server.http_url, model)
     ready = threading.Barrier(clients + 1)
     go = threading.Event()
     start_at: list[float] = []
@@ -267,7 +270,7 @@ def _throughput_run(server: Any, model: str, x: torch.Tensor, clients: int, seco
         client = None
         try:
             client = _client("grpc", server)
-            _check_bits(infer(client, "grpc", model, [x]), x, f"grpc warm-up on {model}")
+            _check_bits(infer(client, "grpc", model, [x], names), x, f"grpc warm-up on {model}")
         except BaseException as error:  # reported by the main thread, after the barrier
             errors.append(error)
         try:
@@ -278,7 +281,7 @@ def _throughput_run(server: Any, model: str, x: torch.Tensor, clients: int, seco
             deadline = start_at[0] + seconds
             outputs = None
             while True:
-                outputs = infer(client, "grpc", model, [x])
+                outputs = infer(client, "grpc", model, [x], names)
                 counts[index] += 1
                 last_done[index] = time.perf_counter()
                 if counts[index] == 1:

@@ -91,7 +91,10 @@ def run_inference(
     atol: AtolOption = None,
     inputs: Annotated[
         Optional[Path],
-        typer.Option(help="Read inputs from this file: a list of tensors saved with torch.save."),
+        typer.Option(
+            help="Read inputs from this file: a list of tensors saved with torch.save, or for a package that names "
+            "its inputs a dict of name -> tensor (torch.save({'input_ids': t, ...}, path))."
+        ),
     ] = None,
     outputs: Annotated[Optional[Path], typer.Option(help="Write the outputs to this file, the same way.")] = None,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the random input used without --inputs.")] = 0,
@@ -117,6 +120,7 @@ def run_inference(
 ) -> None:
     # The stages import torch: here, not at module level, so --help starts without it.
     try:
+        from ..package.spec import tensor_label, tensor_names
         from ..runtime.aoti import to_package_device
         from ..runtime.random_inputs import make_random_inputs
         from ..runtime.session import open_session
@@ -156,15 +160,17 @@ def run_inference(
                 tensors = make_random_inputs(spec, seed, shapes)
                 console.print(f"input: random (seed {seed})")
             else:
-                tensors = to_package_device(load_tensors(inputs), spec)
+                tensors = to_package_device(load_tensors(inputs, tensor_names(spec.inputs), "input"), spec)
                 console.print(f"input: {inputs}")
             tensors = validate_inputs(tensors, spec)
             # The references before the run, as aoti_runner: a bad file is refused before
             # any output is written.
-            expected_tensors = None if expected is None else load_tensors(expected)
-            eager_tensors = None if eager_reference is None else load_tensors(eager_reference)
+            output_names = tensor_names(spec.outputs)
+            expected_tensors = None if expected is None else load_tensors(expected, output_names, "output")
+            eager_tensors = None if eager_reference is None else load_tensors(eager_reference, output_names, "output")
             for i, tensor in enumerate(tensors):  # the same lines as aoti_runner's
-                console.print(f"input[{i}]: {list(tensor.shape)} {spec.inputs[i].dtype} on {spec.device}")
+                label = tensor_label("input", i, spec.inputs)
+                console.print(f"{label}: {list(tensor.shape)} {spec.inputs[i].dtype} on {spec.device}")
             results = package.run(tensors)
             console.print(f"ran {model_path}: {len(results)} output(s)")
             if outputs is not None:

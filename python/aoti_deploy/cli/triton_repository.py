@@ -42,8 +42,9 @@ def _serve_command(repository: Path) -> str:
     help=escape(
         "Write a package (or a deploy bundle) into a Triton Inference Server model repository for this "
         "project's aoti backend: REPOSITORY/NAME/VERSION/ is a deploy bundle (model.pt2, the op libraries it "
-        "records, and with --sign-key model.sig), and REPOSITORY/NAME/config.pbtxt declares its inputs "
-        "INPUT__0, INPUT__1, ... and outputs OUTPUT__0, ... with their types and dims from the package's spec. "
+        "records, and with --sign-key model.sig), and REPOSITORY/NAME/config.pbtxt declares its inputs and "
+        "outputs by the names the package records (e.g. input_ids, logits), else INPUT__0, INPUT__1, ... and "
+        "OUTPUT__0, ..., with their types and dims from the package's spec. "
         "A package whose inputs all have one dynamic dim 0, which its outputs share, is batched: "
         "max_batch_size is that dim's largest size, and Triton's dynamic batcher merges requests "
         "(--no-dynamic-batching turns that off). Any other package is served with max_batch_size 0 and full "

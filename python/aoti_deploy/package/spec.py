@@ -160,6 +160,12 @@ class ValueRange:
         return {"min": self.min, "max": self.max, "why": self.why}
 
 
+# What a tensor's name may be: an identifier, dots allowed after the first character
+# (e.g. "input_ids", "encoder.last_hidden_state"), at most TENSOR_NAME_LIMIT characters.
+TENSOR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+TENSOR_NAME_LIMIT = 128
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     dims: tuple[DimSpec, ...]
@@ -178,9 +184,21 @@ class TensorSpec:
         document: dict[str, Any] = {"dtype": self.dtype, "dims": [{"min": d.min, "max": d.max} for d in self.dims]}
         if self.values is not None:  # written only when recorded: older packages have none
             document["values"] = self.values.to_document()
-        if self.name:
+        if self.name:  # written only when recorded: older readers ignore it
             document["name"] = self.name
         return document
+
+
+def tensor_label(role: str, index: int, specs: list[TensorSpec]) -> str:
+    """How messages name a tensor: "input[0]", or "input[0] (input_ids)" when the
+    package records names. cpp_runtime/core/package_spec.cpp's tensor_label is the same."""
+    name = specs[index].name if index < len(specs) else ""
+    return f"{role}[{index}]" + (f" ({name})" if name else "")
+
+
+def tensor_names(specs: list[TensorSpec]) -> list[str]:
+    """The recorded names of ``specs`` in order, or [] when they have none."""
+    return [spec.name for spec in specs] if specs and specs[0].name else []
 
 
 @dataclass(frozen=True)
@@ -295,7 +313,7 @@ class PackageSpec:
     def describe(self) -> list[tuple[str, str]]:
         """The facts inspect prints, in the same order and words as aoti_runner --inspect."""
         rows = [
-            (f"{name}[{i}]", f"{spec.shape_str()} {spec.dtype}")
+            (f"{name}[{i}]", (f"{spec.name}  " if spec.name else "") + f"{spec.shape_str()} {spec.dtype}")
             for name, specs in (("input", self.inputs), ("output", self.outputs))
             for i, spec in enumerate(specs)
         ]
@@ -457,9 +475,41 @@ def _tensor_specs(value: Any, key: str, version: int) -> list[TensorSpec]:
                 raise _malformed(f"{where}.dims[{d}]: the range {low}..{high} is empty")
             dims.append(DimSpec(low, high))
         values = None if item.get("values") is None else _value_range(item["values"], dtype, f"{where}.values")
-        name = _str(item.get("name", ""), f"{where}.name")
+        name = _tensor_name(item["name"], f"{where}.name") if "name" in item else ""
         specs.append(TensorSpec(tuple(dims), dtype, values, name))
+    _check_names(specs, key)
     return specs
+
+
+def _tensor_name(value: Any, where: str) -> str:
+    """A tensor's ``name``: a string matching TENSOR_NAME, of TENSOR_NAME_LIMIT
+    characters at most."""
+    name = _str(value, where)
+    # The characters first: then every name measured is ASCII, one byte per character
+    # in C++ as here.
+    if not TENSOR_NAME.fullmatch(name):
+        shown = json.dumps(name, ensure_ascii=False)  # cut as the C++ parser's brief_json cuts it
+        raise _malformed(
+            f"{where}: expected a name of ASCII letters, digits, '_' and '.' that does not start with a digit or "
+            f"'.', got {shown[:80] + '...' if len(shown) > 80 else shown}"
+        )
+    if len(name) > TENSOR_NAME_LIMIT:
+        raise _malformed(f"{where}: a name has at most {TENSOR_NAME_LIMIT} characters, got {len(name)}")
+    return name
+
+
+def _check_names(specs: list[TensorSpec], key: str) -> None:
+    """Names on every entry of ``key`` or on none, and no name twice."""
+    named = [i for i, spec in enumerate(specs) if spec.name]
+    if named and len(named) != len(specs):
+        unnamed = next(i for i, spec in enumerate(specs) if not spec.name)
+        raise _malformed(f"{key}[{unnamed}]: has no name, but {key}[{named[0]}] has one (name every entry or none)")
+    seen: dict[str, int] = {}
+    for i, spec in enumerate(specs):
+        if spec.name in seen:
+            raise _malformed(f"{key}[{i}].name: {json.dumps(spec.name)} is also {key}[{seen[spec.name]}]'s name")
+        if spec.name:
+            seen[spec.name] = i
 
 
 def _value_range(value: Any, dtype: str, where: str) -> ValueRange:

@@ -1,9 +1,12 @@
 """Tensor files shared by the Python and C++ runtimes: a list of tensors written
-with torch.save (read in C++ with torch::pickle_load)."""
+with torch.save, or for a package with names a dict of name -> tensor (read in C++
+with torch::pickle_load)."""
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -46,12 +49,15 @@ def save_tensors(path: str | Path, tensors: list[torch.Tensor]) -> Path:
     return path
 
 
-def load_tensors(path: str | Path) -> list[torch.Tensor]:
-    """Read a list of tensors (a single tensor counts as a list of one).
+def load_tensors(path: str | Path, names: Sequence[str] = (), role: str = "input") -> list[torch.Tensor]:
+    """Read a list of tensors (a single tensor counts as a list of one), or a dict of
+    name -> tensor, returned in the order of ``names``: the package's recorded names of
+    its ``role``s ("input" or "output"; ``tensor_names`` of the spec).
 
     Raises:
         InputError: the file is missing, empty, unreadable, or holds something
-            other than tensors.
+            other than tensors; or a dict for a package without names, or with a
+            missing or unknown name (the message lists the expected names).
     """
     path = Path(path)
     if not path.is_file():
@@ -75,9 +81,55 @@ def load_tensors(path: str | Path) -> list[torch.Tensor]:
         raise _not_a_tensor_file(path, _load_failure(error)) from error
     if isinstance(value, torch.Tensor):
         return [value]
+    if isinstance(value, dict):
+        return _tensors_by_name(value, names, role, path)
     if not isinstance(value, (list, tuple)):
         raise InputError(f"tensor file {path} holds a {type(value).__name__}, expected a list of tensors.\n{_HINT}")
     for i, item in enumerate(value):
         if not isinstance(item, torch.Tensor):
             raise InputError(f"tensor file {path}: element {i} is of type {type(item).__name__}, expected a tensor.")
     return list(value)
+
+
+def _shown_keys(keys: Sequence[str]) -> str:
+    """Names read from a file, for messages: each quoted and cut at 80 characters, the
+    first eight of them (as cpp_runtime/core/tensor_files.cpp's shown_keys)."""
+    shown = []
+    for key in keys[:8]:
+        text = json.dumps(key, ensure_ascii=False)
+        shown.append(text[:80] + "..." if len(text) > 80 else text)
+    if len(keys) > 8:
+        shown.append(f"and {len(keys) - 8} more")
+    return ", ".join(shown)
+
+
+def _tensors_by_name(value: dict, names: Sequence[str], role: str, path: Path) -> list[torch.Tensor]:
+    """A dict of name -> tensor in the order of ``names``. Worded as
+    cpp_runtime/core/tensor_files.cpp's tensors_by_name."""
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise InputError(
+                f"tensor file {path} holds a dict with a key of type {type(key).__name__}; the keys of a tensor "
+                "file's dict are tensor names (strings)."
+            )
+        if not isinstance(item, torch.Tensor):
+            raise InputError(
+                f"tensor file {path}: the entry {_shown_keys([key])} is of type {type(item).__name__}, expected a tensor."
+            )
+    keys = list(value)
+    if not names:
+        raise InputError(
+            f"tensor file {path} holds tensors by name ({_shown_keys(keys)}), but the package records no {role} "
+            f"names.\nWrite a list in the package's {role} order with torch.save([tensor, ...], path)."
+        )
+    missing = [name for name in names if name not in value]
+    unknown = [key for key in keys if key not in names]
+    if missing or unknown:
+        problems = ([f"missing {role}(s) {', '.join(missing)}"] if missing else []) + (
+            [f"unknown name(s) {_shown_keys(unknown)}"] if unknown else []
+        )
+        raise InputError(
+            f"tensor file {path}: {'; '.join(problems)}. The package's {role}s are {', '.join(names)}: save a dict "
+            "with exactly these names, or a list in this order."
+        )
+    return [value[name] for name in names]

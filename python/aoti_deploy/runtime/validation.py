@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from ..package.dtypes import DTYPES, dtype_name
-from ..package.spec import PackageSpec, ValueRange
+from ..package.spec import PackageSpec, ValueRange, tensor_label
 
 
 @dataclass(frozen=True)
@@ -38,15 +38,16 @@ class InputDesc:
 
 
 def check_inputs(inputs: list[InputDesc], spec: PackageSpec) -> None:
-    """Raise InputError, one line naming the input, the expected and the actual value,
-    on the first mismatch. Kinds: count, rank, dim, dtype, device, layout, shared_dim,
+    """Raise InputError, one line naming the input ("input[0]", or "input[0]
+    (input_ids)" for a package with names), the expected and the actual value, on the
+    first mismatch. Kinds: count, rank, dim, dtype, device, layout, shared_dim,
     value (only for inputs whose ``values`` are given)."""
     if len(inputs) != len(spec.inputs):
         raise InputError(
             f"wrong number of inputs: the package expects {len(spec.inputs)}, got {len(inputs)}.", kind="count"
         )
     for i, (given, expected) in enumerate(zip(inputs, spec.inputs)):
-        name = f"input[{i}]"
+        name = tensor_label("input", i, spec.inputs)
         if len(given.shape) != len(expected.dims):
             raise InputError(
                 f"{name}: expected rank {len(expected.dims)} {expected.shape_str()}, got rank {len(given.shape)} "
@@ -77,8 +78,9 @@ def check_inputs(inputs: list[InputDesc], spec: PackageSpec) -> None:
         for i, d in group[1:]:
             size = inputs[i].shape[d]
             if size != first:
+                label, first_label = tensor_label("input", i, spec.inputs), tensor_label("input", i0, spec.inputs)
                 raise InputError(
-                    f"input[{i}]: dim {d} must equal input[{i0}] dim {d0} (the package compiled them as one dynamic "
+                    f"{label}: dim {d} must equal {first_label} dim {d0} (the package compiled them as one dynamic "
                     f"size), got {size} and {first}.",
                     kind="shared_dim",
                 )
@@ -87,14 +89,16 @@ def check_inputs(inputs: list[InputDesc], spec: PackageSpec) -> None:
             continue
         for k, value in enumerate(given.values):
             if not expected.values.min <= value <= expected.values.max:
-                raise value_error(i, value, _position(k, given.shape), expected.values)
+                label = tensor_label("input", i, spec.inputs)
+                raise value_error(label, value, _position(k, given.shape), expected.values)
 
 
-def value_error(i: int, value: int, position: tuple[int, ...], allowed: ValueRange) -> InputError:
-    """The one-line error for input ``i`` holding ``value`` at ``position``, outside
-    ``allowed`` (kind "value"). cpp_runtime/core/validation.cpp words it alike."""
+def value_error(label: str, value: int, position: tuple[int, ...], allowed: ValueRange) -> InputError:
+    """The one-line error for the input ``label`` names (``tensor_label``) holding
+    ``value`` at ``position``, outside ``allowed`` (kind "value").
+    cpp_runtime/core/validation.cpp words it alike."""
     return InputError(
-        f"input[{i}]: value {value} at {list(position)} is outside {allowed} (this input indexes: "
+        f"{label}: value {value} at {list(position)} is outside {allowed} (this input indexes: "
         f"{allowed.why}). Pass values in {allowed}.",
         kind="value",
     )
@@ -120,7 +124,8 @@ def check_values(inputs: list, spec: PackageSpec) -> None:
         outside = ((tensor < allowed.min) | (tensor > allowed.max)).flatten()
         if bool(outside.any()):
             k = int(outside.nonzero()[0, 0])
-            raise value_error(i, int(tensor.flatten()[k]), _position(k, tuple(tensor.shape)), allowed)
+            value, position = int(tensor.flatten()[k]), _position(k, tuple(tensor.shape))
+            raise value_error(tensor_label("input", i, spec.inputs), value, position, allowed)
 
 
 def validate_inputs(inputs: list, spec: PackageSpec) -> list:

@@ -1,8 +1,9 @@
 """A Triton model repository from a package: ``<repository>/<name>/config.pbtxt`` for
 the `aoti` backend, and ``<repository>/<name>/<version>/``, a deploy bundle
 (package/bundle.py) that the backend loads with the runners' trust policy. The
-config's names, types and batching come from the package's spec alone. Also reads a
-repository back, for aoti-deploy serve."""
+config's names (the spec's recorded names, else INPUT__i/OUTPUT__i), types and
+batching come from the package's spec alone. Also reads a repository back, for
+aoti-deploy serve."""
 
 from __future__ import annotations
 
@@ -20,8 +21,9 @@ from ..package.dtypes import TRITON_TYPES
 from ..package.spec import DimSpec, PackageSpec, TensorSpec
 
 CONFIG_NAME = "config.pbtxt"
-# Tensor names, in the package's flat input and output order; the C++ backend
-# (cpp_runtime/triton) uses the same prefixes.
+# Tensor names of a package that records none, in its flat input and output order;
+# the C++ backend (cpp_runtime/triton) uses the same prefixes, and the same rule
+# (served_name).
 INPUT_PREFIX = "INPUT__"
 OUTPUT_PREFIX = "OUTPUT__"
 # The config parameters the backend reads.
@@ -40,7 +42,7 @@ _MODEL_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 class TritonTensor(NamedTuple):
     """One input or output as the config declares it."""
 
-    name: str  # INPUT__i / OUTPUT__i
+    name: str  # the spec's name (e.g. input_ids), else INPUT__i / OUTPUT__i
     data_type: str  # e.g. TYPE_FP32
     dims: tuple[int, ...]  # -1 for a dynamic size; without dim 0 when the model is batched
 
@@ -126,6 +128,12 @@ def default_model_name(package: str | os.PathLike[str]) -> str:
     """The package file's stem (``model.pt2`` -> ``model``), or a bundle folder's name."""
     path = Path(package)
     return path.name if path.is_dir() else path.stem
+
+
+def served_name(specs: Sequence[TensorSpec], index: int, prefix: str) -> str:
+    """The name tensor ``index`` goes by in the config and in requests: the spec's
+    recorded name, else ``prefix`` + index (INPUT_PREFIX or OUTPUT_PREFIX)."""
+    return specs[index].name if index < len(specs) and specs[index].name else f"{prefix}{index}"
 
 
 def _data_type(spec: TensorSpec, label: str) -> str:
@@ -232,16 +240,18 @@ def triton_config(
             "Re-export it with export_compile.",
             kind="no_outputs",
         )
-    input_types = [_data_type(t, f"input {i} ({INPUT_PREFIX}{i})") for i, t in enumerate(spec.inputs)]
-    output_types = [_data_type(t, f"output {k} ({OUTPUT_PREFIX}{k})") for k, t in enumerate(outputs)]
+    input_names = [served_name(spec.inputs, i, INPUT_PREFIX) for i in range(len(spec.inputs))]
+    output_names = [served_name(outputs, k, OUTPUT_PREFIX) for k in range(len(outputs))]
+    input_types = [_data_type(t, f"input {i} ({input_names[i]})") for i, t in enumerate(spec.inputs)]
+    output_types = [_data_type(t, f"output {k} ({output_names[k]})") for k, t in enumerate(outputs)]
 
     dim, batching = batch_dim(spec)
     if dim is None:
-        for label, prefix, tensors in (("input", INPUT_PREFIX, spec.inputs), ("output", OUTPUT_PREFIX, outputs)):
+        for label, names, tensors in (("input", input_names, spec.inputs), ("output", output_names, outputs)):
             for i, tensor in enumerate(tensors):
                 if not tensor.dims:
                     raise PackageError(
-                        f"{label} {i} ({prefix}{i}) is a scalar (0-d); Triton serves no scalar tensors in a model "
+                        f"{label} {i} ({names[i]}) is a scalar (0-d); Triton serves no scalar tensors in a model "
                         "without batching. Export the model with a 1-element dim instead.",
                         kind="triton_scalar",
                     )
@@ -272,12 +282,12 @@ def triton_config(
         dynamic_batching=dynamic_batching and max_batch_size > 0,
         max_queue_delay_us=max_queue_delay_us,
         inputs=tuple(
-            TritonTensor(f"{INPUT_PREFIX}{i}", data_type, _config_dims(t.dims[skip:]))
-            for i, (t, data_type) in enumerate(zip(spec.inputs, input_types))
+            TritonTensor(name, data_type, _config_dims(t.dims[skip:]))
+            for name, t, data_type in zip(input_names, spec.inputs, input_types)
         ),
         outputs=tuple(
-            TritonTensor(f"{OUTPUT_PREFIX}{k}", data_type, _config_dims(t.dims[skip:]))
-            for k, (t, data_type) in enumerate(zip(outputs, output_types))
+            TritonTensor(name, data_type, _config_dims(t.dims[skip:]))
+            for name, t, data_type in zip(output_names, outputs, output_types)
         ),
         batching=batching if dim is None or dynamic_batching else f"{batching}, dynamic batching off",
         parameters=tuple(parameters),

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import AotiDeployError
-from .triton_repository import INPUT_PREFIX, OUTPUT_PREFIX, ServedModel
+from .triton_repository import INPUT_PREFIX, OUTPUT_PREFIX, ServedModel, served_name
 
 if TYPE_CHECKING:
     import torch
@@ -151,6 +151,43 @@ def model_statistics(http_url: str, model: str) -> ModelStatistics:
     return ModelStatistics(
         sum(int(item.get("inference_count", 0)) for item in stats),
         sum(int(item.get("execution_count", 0)) for item in stats),
+    )
+
+
+class TensorNames(NamedTuple):
+    """The names a model's requests use for its inputs and outputs, in the package's
+    order: the names its config declares (the spec's recorded names, else INPUT__i and
+    OUTPUT__i)."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+    @classmethod
+    def of(cls, model: ServedModel) -> "TensorNames":
+        """A repository model's names, in its package's order. The backend loads a model
+        only when its config declares exactly these (cpp_runtime/triton/model_config.cpp)."""
+        spec = model.spec
+        return cls(
+            tuple(served_name(spec.inputs, i, INPUT_PREFIX) for i in range(len(spec.inputs))),
+            tuple(served_name(spec.outputs, k, OUTPUT_PREFIX) for k in range(len(spec.outputs))),
+        )
+
+
+def model_tensor_names(http_url: str, model: str) -> TensorNames:
+    """A served model's input and output names, in its config's order (GET
+    /v2/models/<model>/config); a config written by aoti-deploy triton-repository lists
+    them in the package's order.
+
+    Raises:
+        ServingError: the server did not answer, or has no such model.
+    """
+    status, body = _request(f"{http_url}/v2/models/{model}/config")
+    if status != 200:
+        raise ServingError(f"no config for model {model} at {http_url} (HTTP {status}: {body[:200]!r})")
+    config = json.loads(body)
+    return TensorNames(
+        tuple(str(item.get("name", "")) for item in config.get("input", [])),
+        tuple(str(item.get("name", "")) for item in config.get("output", [])),
     )
 
 
@@ -405,14 +442,36 @@ def _datatype(tensor: torch.Tensor) -> str:
     return DATATYPES[name]
 
 
-def _output_index(name: str) -> int:
+def _config_names(client: Any, protocol: str, model: str) -> TensorNames | None:
+    """The names the model's config declares, in its order, through ``client``; None
+    when the server gives no config (the request then fails with the server's reason)."""
+    from tritonclient.utils import InferenceServerException
+
+    try:
+        if protocol == "http":
+            config = client.get_model_config(model)
+        else:
+            config = client.get_model_config(model, as_json=True, client_timeout=INFER_TIMEOUT_S).get("config", {})
+    except (InferenceServerException, OSError):
+        return None
+    return TensorNames(
+        tuple(str(item.get("name", "")) for item in config.get("input", [])),
+        tuple(str(item.get("name", "")) for item in config.get("output", [])),
+    )
+
+
+def _output_index(name: str, names: TensorNames | None) -> int:
+    if names is not None:
+        return names.outputs.index(name) if name in names.outputs else 1 << 30
     suffix = name.removeprefix(OUTPUT_PREFIX)
     return int(suffix) if name.startswith(OUTPUT_PREFIX) and suffix.isdigit() else 1 << 30
 
 
-def infer(url_or_client: Any, protocol: str, model: str, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """One inference request: ``inputs`` sent as INPUT__0, INPUT__1, ... (binary data
-    over HTTP), every output returned (binary), ordered OUTPUT__0, OUTPUT__1, ...
+def infer(
+    url_or_client: Any, protocol: str, model: str, inputs: Sequence[torch.Tensor], names: TensorNames | None = None
+) -> list[torch.Tensor]:
+    """One inference request: ``inputs`` sent under the model's input names (binary
+    data over HTTP), every output returned (binary), in the order of its output names.
 
     Args:
         url_or_client: "http://host:port" or "host:port" (a client is made and closed
@@ -420,6 +479,10 @@ def infer(url_or_client: Any, protocol: str, model: str, inputs: Sequence[torch.
         protocol: "http" or "grpc".
         model: the model name.
         inputs: CPU or device tensors; bfloat16 goes through ml_dtypes, bit for bit.
+        names: the model's names (``TensorNames.of``, ``model_tensor_names``); None:
+            the names its config declares, asked of the server first (one more
+            request; pass them to time requests alone), else INPUT__0, INPUT__1, ...
+            and OUTPUT__0, ...
 
     Returns:
         The outputs as CPU tensors.
@@ -440,9 +503,12 @@ def infer(url_or_client: Any, protocol: str, model: str, inputs: Sequence[torch.
     owned = isinstance(url_or_client, str)
     client = client_module.InferenceServerClient(url_or_client.removeprefix("http://")) if owned else url_or_client
     try:
+        if names is None:
+            names = _config_names(client, protocol, model)
         requests = []
         for i, tensor in enumerate(inputs):
-            request = client_module.InferInput(f"{INPUT_PREFIX}{i}", list(tensor.shape), _datatype(tensor))
+            name = names.inputs[i] if names is not None and i < len(names.inputs) else f"{INPUT_PREFIX}{i}"
+            request = client_module.InferInput(name, list(tensor.shape), _datatype(tensor))
             array = _to_numpy(tensor)
             if protocol == "http":
                 request.set_data_from_numpy(array, binary_data=True)
@@ -461,7 +527,7 @@ def infer(url_or_client: Any, protocol: str, model: str, inputs: Sequence[torch.
             described = [(output["name"], output["datatype"]) for output in response.get("outputs", [])]
         else:
             described = [(output.name, output.datatype) for output in response.outputs]
-        described.sort(key=lambda item: _output_index(item[0]))
+        described.sort(key=lambda item: _output_index(item[0], names))
         return [_to_torch(result.as_numpy(name), datatype) for name, datatype in described]
     finally:
         if owned:
@@ -619,6 +685,7 @@ def check_served_model(
         finally:
             reference.close()
     url = {"http": server.http_url, "grpc": server.grpc_url}
+    names = TensorNames.of(model)
     checks: list[RequestCheck] = []
     for protocol in protocols:
 
@@ -626,7 +693,7 @@ def check_served_model(
             request, expected = sets[index], references[index]
             check = RequestCheck(model.name, protocol, request.label, "inputs" if by_inputs[index] else "Python runtime")
             try:
-                outputs = infer(url[protocol], protocol, model.name, request.inputs)
+                outputs = infer(url[protocol], protocol, model.name, request.inputs, names)
             except ServingError as error:
                 return dataclasses.replace(check, error=str(error))
             if len(outputs) != len(expected):
