@@ -370,7 +370,11 @@ def _time_onnx(model: torch.nn.Module, call: "CallInputs", folder: Path, threads
         from ..compiler.onnx_export import _last_line
 
         raise _Skip(f"the model does not export to ONNX: {_last_line(error)[:200]}") from error
-    outputs = session.run(None, feed)
+    try:
+        outputs = session.run(None, feed)
+    except Exception as error:  # onnxruntime's own error types; the row says why
+        raise _Skip(f"ONNX Runtime could not run the export: {type(error).__name__}: "
+                    f"{str(error).splitlines()[0][:200]}") from error
     differs = _close(outputs, eager or [])
     notes["onnx note"] = f"{how}, static shapes; " + (differs or "outputs match eager (torch.testing defaults)")
     return _time(lambda: session.run(None, feed), iterations, warmup)
