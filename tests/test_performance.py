@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from conftest import PACKAGE_SHAPE, run_cli, run_cmd
 # The bring-your-own-model package with two inputs and two outputs (not an identity).
 from test_user_models import scale_shift  # noqa: F401
+import aoti_deploy
 import aoti_deploy.bench.benchmark as benchmark_stage
 from aoti_deploy.compiler.cache import cache_key
 from aoti_deploy.cli.export_compile import app as export_compile_app
@@ -547,3 +548,58 @@ def test_benchmark_cpu_targets_option(build, tmp_path):
                      build=build)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "unknown target 'x86-64-v9'" in result.stdout + result.stderr
+
+
+# --- the package benchmark (bench --package) -----------------------------------------
+
+def test_package_benchmark_of_a_package_static_in_batch_says_so(compiled_package, tmp_path) -> None:
+    """A package static in batch (the session's demo package, batch 2) measures only
+    the batches it takes, without a model only its own paths, and writes JSON,
+    Markdown and a PNG."""
+    from aoti_deploy.bench.package_bench import EAGER, PYTHON, write_outputs
+
+    package = aoti_deploy.load(compiled_package.path)
+    result = package.benchmark(compiled_package.inputs[0], iterations=2, warmup=0, batches=(1, 2), cpp=False)
+    assert result.batches == (1, 2) and {row.batch for row in result.rows} == {2}
+    assert any("batch 1: the package is not dynamic in batch" in note for note in result.notes)
+    assert "no eager model" in result.row(EAGER, 2).skipped and result.row(PYTHON, 2).p50_ratio == 1.0
+    json_path, md_path, png_path = write_outputs(result, tmp_path)
+    assert json.loads(json_path.read_text())["rows"][0]["batch"] == 2
+    assert "| 2 | AOTI Python runtime |" in md_path.read_text()
+    assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_package_cli_measures_a_package_and_writes_its_files(compiled_package, build, tmp_path):
+    result = runner.invoke(cli_app, [
+        "bench", "--package", str(compiled_package.path), "--inputs", str(compiled_package.input_file),
+        "--batches", "1,2", "--iterations", "0.02", "--no-onnx", "--output-dir", str(tmp_path),
+        "--runner", str(build.runner)])
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert [row["path"] for row in data["rows"]] == [
+        "eager", "torch.compile", "torch.compile max-autotune", "AOTI Python runtime", "AOTI C++ runner, 1 thread",
+        *([f"AOTI C++ runner, {data['threads']} threads"] if data["threads"] > 1 else []), "ONNX Runtime"]
+    assert all(row["batch"] == 2 for row in data["rows"])
+    assert "batch 1: the package is not dynamic in batch" in result.output
+    assert (tmp_path / "bench.png").is_file() and "| 2 | AOTI Python runtime |" in (tmp_path / "bench.md").read_text()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--inputs", "x.pt"], "--inputs need --package"),
+    (["--package", "missing.pt2"], "missing.pt2"),
+    (["--package", "{package}", "--batches", "0"], "--batches '0'"),
+    (["--package", "{package}", "--model", "no_such_module:factory"], "no_such_module"),
+])
+def test_bench_package_cli_usage_errors_exit_2(compiled_package, args, message):
+    args = [a.replace("{package}", str(compiled_package.path)) for a in args]
+    result = runner.invoke(cli_app, ["bench", *args])
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_bench_help_describes_the_package_benchmark():
+    result = runner.invoke(cli_app, ["bench", "--help"])
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    for option in ("--package", "--inputs", "--model", "--batches", "--compile-timeout", "--max-autotune"):
+        assert option in text
+    assert "ONNX Runtime" in text and "ratios to the fastest" in text

@@ -36,12 +36,13 @@ _LAZY = {
     "Report": ".api",
     "OutputCheck": ".api",
     "BenchmarkResult": ".api",
+    "BenchRow": ".api",
     "Tolerance": ".package.spec",
     "PackageSpec": ".package.spec",
 }
 
 if TYPE_CHECKING:
-    from .api import BenchmarkResult, Dim, OutputCheck, Package, Report, export, load
+    from .api import BenchmarkResult, BenchRow, Dim, OutputCheck, Package, Report, export, load
     from .ops import identity_conv, load_op_library
     from .package.spec import PackageSpec, Tolerance
 
@@ -54,6 +55,7 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _SUBPACKAGES)
 
 __all__ = [
     "AotiDeployError",
+    "BenchRow",
     "BenchmarkResult",
     "Dim",
     "OutputCheck",

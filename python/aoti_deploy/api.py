@@ -17,10 +17,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from .bench.package_bench import BenchmarkResult, BenchRow
 from .errors import AotiDeployError, InputError, PackageError, VerificationError
 from .package.spec import BITWISE, CLOSE, ULP, PackageSpec, Tolerance
 
-__all__ = ["BenchmarkResult", "Dim", "OutputCheck", "Package", "Report", "export", "load"]
+__all__ = ["BenchRow", "BenchmarkResult", "Dim", "OutputCheck", "Package", "Report", "export", "load"]
 
 # torch.export's own Dim, re-exported: dynamic_shapes take it as torch.export does.
 Dim = torch.export.Dim
@@ -67,32 +68,6 @@ class Report:
         verdict = "PASSED" if self.passed else "FAILED"
         lines = [f"{verdict} against {self.against} ({self.tolerance.describe()})"]
         return "\n".join(lines + [f"  {check}" for check in self.outputs])
-
-
-@dataclass(frozen=True)
-class BenchmarkResult:
-    """Latency (microseconds) per runtime, on the same inputs in one run, and each
-    runtime's p50 as a ratio to eager's (where eager ran)."""
-
-    p50_us: dict[str, float]
-    p99_us: dict[str, float]
-    iterations: int
-    threads: int
-
-    def speedup(self, runtime: str) -> float | None:
-        """Eager's p50 over ``runtime``'s (above 1: faster than eager)."""
-        if "eager" not in self.p50_us or runtime not in self.p50_us:
-            return None
-        return self.p50_us["eager"] / self.p50_us[runtime]
-
-    def table(self) -> str:
-        """A Markdown table: runtime, p50, p99, speed-up over eager."""
-        rows = ["| runtime | p50 (µs) | p99 (µs) | vs eager |", "|---|---:|---:|---:|"]
-        for runtime, p50 in self.p50_us.items():
-            speedup = self.speedup(runtime)
-            rows.append(f"| {runtime} | {p50:.1f} | {self.p99_us[runtime]:.1f} | "
-                        f"{'' if speedup is None else f'{speedup:.2f}x'} |")
-        return "\n".join(rows)
 
 
 def _tolerance(value: Tolerance | str | Mapping[str, float] | None) -> Tolerance | None:
@@ -480,51 +455,71 @@ class Package:
         warmup: int = 10,
         cpp: bool = True,
         threads: int | None = None,
+        batches: Sequence[int] = (1, 8),
+        compile: bool = True,
+        max_autotune: bool = True,
+        compile_timeout: float = 600.0,
+        onnx: bool | None = None,
+        triton: bool = False,
+        on_step: Callable[[str], None] | None = None,
     ) -> BenchmarkResult:
-        """Time eager (when the model is known), this package in the Python runtime
-        and in the C++ runner (timing inside its process), on the same inputs, in
-        one run. Returns the latencies as data."""
-        from .bench.benchmark import time_calls
+        """Time this package against the other ways to run its model, on the same
+        inputs in one run, at each of ``batches`` (the call's tensors resized along
+        dim 0; a package static in batch measures only the batches it takes, and the
+        result's ``notes`` say so): eager, torch.compile (default and max-autotune,
+        each first call bounded by ``compile_timeout`` seconds), this package in the
+        Python runtime and in the C++ runner (timed inside its process, at 1 thread
+        and at ``threads``), and ONNX Runtime on an ONNX export of the model (the
+        toolkit's own where it takes the model, else torch.onnx.export(dynamo=True)).
+
+        Args:
+            args, kwargs: the call, as the model takes it.
+            model: the eager model; default the one this package was exported from.
+                Without one, only the package's own paths run.
+            iterations, warmup: timed and untimed runs per path and batch.
+            threads: intra-op threads for every path (default torch's current).
+            compile, max_autotune: include the torch.compile rows.
+            onnx: include ONNX Runtime (default: when the ONNX extra is installed).
+            triton: a Triton row (this benchmark starts no server: it says so).
+            on_step: called with each path's name as it starts (progress).
+
+        Returns:
+            BenchmarkResult: a row per path and batch with p50, p99, throughput and
+            each as a ratio to the fastest; a path that could not run has a row
+            whose ``skipped`` says why. ``table()``, ``markdown()``, ``to_json()``.
+        """
+        from .bench.package_bench import benchmark_package
         from .compiler.structure import CallInputs
 
-        if iterations < 1 or warmup < 0:
-            raise InputError("iterations must be >= 1 and warmup >= 0")
-        call = CallInputs.of(args, kwargs)
-        model = model if model is not None else self._model
-        threads = threads or torch.get_num_threads()
-        p50: dict[str, float] = {}
-        p99: dict[str, float] = {}
-        if model is not None:
-            with torch.no_grad():
-                latency = time_calls(lambda: call.call(model), iterations, warmup)
-            p50["eager"], p99["eager"] = latency.p50, latency.p99
-        tensors = self.flat_inputs(call.args, call.kwargs)
-        runtime = self._runtime()
-        latency = time_calls(lambda: runtime.run(tensors), iterations, warmup)
-        p50["python runtime"], p99["python runtime"] = latency.p50, latency.p99
-        if cpp:
-            p50["C++ runner"], p99["C++ runner"] = self._bench_cpp(tensors, iterations, warmup)
-        return BenchmarkResult(p50, p99, iterations, threads)
+        return benchmark_package(
+            self, CallInputs.of(args, kwargs), model if model is not None else self._model,
+            batches=tuple(batches), iterations=iterations, warmup=warmup, threads=threads, compile=compile,
+            max_autotune=max_autotune, compile_timeout=compile_timeout, cpp=cpp, onnx=onnx, triton=triton,
+            on_step=on_step,
+        )
 
-    def _bench_cpp(self, tensors: list[torch.Tensor], iterations: int, warmup: int) -> tuple[float, float]:
+    def _bench_cpp(self, tensors: list[torch.Tensor], iterations: int, warmup: int,
+                   intra_op_threads: int | None = None) -> dict[str, Any]:
+        """``aoti_runner --bench`` on these tensors: its JSON (p50_us, p99_us, mean_us,
+        intra_op_threads, ...). ``intra_op_threads`` None lets the runner choose."""
         import json
 
         from .runtime.tensor_files import save_tensors
 
+        threads = [] if intra_op_threads is None else ["--intra-op-threads", str(intra_op_threads)]
         with tempfile.TemporaryDirectory(prefix="aoti_deploy_bench_") as folder:
             inputs, out = Path(folder) / "inputs.pt", Path(folder) / "bench.json"
             save_tensors(inputs, [x.cpu() for x in tensors])
             started = time.perf_counter()
             result = subprocess.run(
                 self._cpp_command(None) + ["--inputs", str(inputs), "--bench", str(iterations), "--warmup",
-                                           str(warmup), "--bench-json", str(out)],
+                                           str(warmup), "--bench-json", str(out), *threads],
                 capture_output=True, text=True, timeout=max(600, 10 * iterations),
             )
             if result.returncode != 0:
                 raise AotiDeployError(f"aoti_runner --bench failed (exit {result.returncode}, "
                                       f"{time.perf_counter() - started:.0f} s): {(result.stderr or result.stdout).strip()}")
-            data = json.loads(out.read_text())
-        return float(data["p50_us"]), float(data["p99_us"])
+            return json.loads(out.read_text())
 
     def close(self) -> None:
         """Unload the package (and remove a verified bundle's private copy)."""

@@ -4,7 +4,7 @@ ratios to the memory floor; writes a table, JSON, Markdown and a PNG plot."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, List, Optional
 
 import typer
 from rich.table import Table
@@ -22,9 +22,17 @@ app = typer.Typer(add_completion=False, rich_markup_mode="rich")
 
 @app.command(
     "bench",
-    short_help="Benchmark every runtime of the IdentityModel, against the memory floor.",
+    short_help="Benchmark a package against eager, torch.compile and ONNX Runtime, or the demo model.",
     help=(
-        "Benchmark the IdentityModel at several sizes, in one run: eager, torch.compile, the "
+        "With --package PKG: benchmark that package on its model, in one run and on the same inputs: eager, "
+        "torch.compile (default and max-autotune, each compile bounded by --compile-timeout), the package in the "
+        "Python runtime and in the C++ runner (1 thread and all threads), ONNX Runtime on an ONNX export of the "
+        "model (Triton is not timed for a package: --triton adds a row that says so). --model package.module:factory gives the eager model (without "
+        "it only the package's paths run); --inputs FILE the tensors (the package's input order), else the "
+        "factory's example inputs, else random ones. Each path at each of --batches (dim 0 resized; a package "
+        "static in batch measures only the batches it takes, and says so), with p50, p99 and throughput as "
+        "ratios to the fastest. Writes bench.json, bench.md and bench.png to --output-dir.\n\n"
+        "Without --package: benchmark the IdentityModel at several sizes, in one run: eager, torch.compile, the "
         "AOTI package from Python and from C++ (timed inside the C++ runner, whose allocator "
         "setting is reported), and the floor: four copy_() calls into buffers allocated before "
         "timing, the least a 4-layer identity must move, timed inside the C++ runner with the "
@@ -40,7 +48,8 @@ app = typer.Typer(add_completion=False, rich_markup_mode="rich")
         "batching, against the in-process C++ p50 of this run.\n\n"
         "Prints p50/p90/p99 and each path's ratio to the floor, then the performance targets "
         "as measured; writes bench.json, bench.md and bench.png to --output-dir.\n\n"
-        "Exit codes: 0 measured (targets are reported, not enforced, unless --check-targets), "
+        "Exit codes: 0 measured (targets are reported, not enforced, unless --check-targets; with --package, "
+        "a path that cannot run is a row that says why), "
         "1 --check-targets and a target missed, or a package whose bits differ from eager's "
         "(never timed), 2 usage or build error."
     )
@@ -103,16 +112,61 @@ def benchmark(
                      "output: aoti_runner, run_inference, and run_inference --help (median of 7, peak RSS)."),
     ] = True,
     triton: Annotated[
-        bool,
-        typer.Option(help="Also serve the demo package from one tritonserver and time it against this run's "
+        Optional[bool],
+        typer.Option("--triton/--no-triton", show_default=False,
+                     help="Also serve the demo package from one tritonserver and time it against this run's "
                      "in-process C++ p50 (targets reported, never enforced). Skipped, with the reason, when the "
-                     "triton extra is not installed or the backend (backends/aoti beside --runner) is not built."),
+                     "triton extra is not installed or the backend (backends/aoti beside --runner) is not built. "
+                     "Default: on for the demo, off with --package."),
+    ] = None,
+    package: Annotated[
+        Optional[Path],
+        typer.Option(help="Benchmark this package (.pt2 or bundle) instead of the demo model.", show_default=False),
+    ] = None,
+    inputs: Annotated[
+        Optional[Path],
+        typer.Option(help="With --package: a tensor file of its inputs, in the package's order.", show_default=False),
+    ] = None,
+    model: Annotated[
+        Optional[str],
+        typer.Option(help="With --package: the eager model as package.module:factory, for the eager, "
+                     "torch.compile and ONNX Runtime rows.", show_default=False),
+    ] = None,
+    model_arg: Annotated[
+        Optional[List[str]],
+        typer.Option(help="With --model: KEY=VALUE for the factory (repeatable).", show_default=False),
+    ] = None,
+    batches: Annotated[
+        str, typer.Option(help="With --package: comma-separated batch sizes to measure.")
+    ] = "1,8",
+    threads: Annotated[
+        int, typer.Option(min=0, help="With --package: intra-op threads for every path (0: all cores).")
+    ] = 0,
+    torch_compile: Annotated[
+        bool, typer.Option(help="With --package: include the torch.compile rows.")
     ] = True,
+    max_autotune: Annotated[
+        bool, typer.Option(help="With --package: include torch.compile's max-autotune row.")
+    ] = True,
+    compile_timeout: Annotated[
+        float, typer.Option(min=0, help="With --package: seconds a torch.compile may take before its row is "
+                            "marked skipped (0: no bound).")
+    ] = 600.0,
     runner: RunnerOption = None,
     op_lib: OpLibOption = None,
 ) -> None:
     from ..compiler.onnx_export import onnx_wanted
 
+    if package is not None:
+        _bench_package(package, inputs, model, model_arg or [], batches, threads, iterations, torch_compile,
+                       max_autotune, compile_timeout, onnx, bool(triton), output_dir)
+        return
+    given = [name for name, value in (("--inputs", inputs), ("--model", model), ("--model-arg", model_arg))
+             if value is not None]
+    if given:
+        exit_with(AotiDeployError(f"{', '.join(given)} need --package (the demo benchmark builds its own model)",
+                                  kind="usage"))
+    triton = True if triton is None else triton
     names = [name.strip() for name in sizes.split(",") if name.strip()]
     try:
         with_onnx = onnx_wanted(onnx)
@@ -207,6 +261,55 @@ def benchmark(
     console.print(f"wrote {json_path}, {output_dir / 'bench.md'} and {png_path}")
     if check_targets and not all(target.met for target in found):
         raise typer.Exit(EXIT_MISMATCH)
+
+
+def _bench_package(path: Path, inputs: Optional[Path], model: Optional[str], model_args: list[str], batches: str,
+                   threads: int, iterations: float, torch_compile: bool, max_autotune: bool, compile_timeout: float,
+                   onnx: Optional[bool], triton: bool, output_dir: Path) -> None:
+    """--package: the package benchmark (bench/package_bench.py), printed and written."""
+    from .. import api
+    from ..bench.package_bench import package_call, write_outputs
+    from ..compiler.onnx_export import onnx_wanted
+    from .parsing import parse_model_args
+
+    try:
+        sizes = [int(b) for b in batches.split(",") if b.strip()]
+        if not sizes or min(sizes) < 1:
+            raise ValueError
+    except ValueError:
+        exit_with(AotiDeployError(f"--batches {batches!r}: expected comma-separated sizes >= 1, e.g. 1,8",
+                                  kind="usage"))
+    try:
+        loaded = api.load(path)
+        call, eager = package_call(loaded, inputs, model, parse_model_args(model_args))
+        with step_progress(len(sizes) * 8) as on_step:
+            result = loaded.benchmark(call.args, call.kwargs, model=eager, iterations=max(1, round(200 * iterations)),
+                                      warmup=max(1, round(20 * iterations)), threads=threads or None,
+                                      batches=sizes, compile=torch_compile, max_autotune=max_autotune,
+                                      compile_timeout=compile_timeout, onnx=onnx_wanted(onnx), triton=triton,
+                                      on_step=on_step)
+        written = write_outputs(result, output_dir, title=model or path.name)
+    except Exception as error:  # typed errors keep their code; anything else exits 2
+        exit_with(error)
+    table = Table(title=f"{path.name}: every path on the same inputs, {result.threads} thread(s), "
+                  f"{result.iterations} runs each; ratios to the fastest at each batch")
+    for column in ("batch", "path", "p50 µs", "p99 µs", "per s", "p50 / fastest", "p99 / fastest",
+                   "throughput / best", "note"):
+        table.add_column(column, justify="left" if column in ("path", "note") else "right")
+    for batch in result.batches:
+        for row in (r for r in result.rows if r.batch == batch):
+            if row.skipped:
+                table.add_row(str(batch), row.path, "-", "-", "-", "-", "-", "-", Text(f"skipped: {row.skipped}",
+                                                                                      style="yellow"))
+            else:
+                table.add_row(str(batch), row.path, f"{row.p50_us:.1f}", f"{row.p99_us:.1f}", f"{row.throughput:.0f}",
+                              f"{row.p50_ratio:.2f}x", f"{row.p99_ratio:.2f}x", f"{row.throughput_ratio:.2f}x",
+                              row.note, style="bold" if row.p50_ratio == 1.0 else None)
+        table.add_section()
+    console.print(table)
+    for note in result.notes:
+        console.print(note)
+    console.print(f"wrote {', '.join(str(p) for p in written)}")
 
 
 def _print_triton(result: TritonBench) -> None:
