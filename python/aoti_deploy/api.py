@@ -473,12 +473,18 @@ class Package:
         toolkit's own where it takes the model, else torch.onnx.export(dynamo=True)).
 
         Args:
-            args, kwargs: the call, as the model takes it.
+            args: the call's positional arguments, as the model takes them.
+            kwargs: its keyword arguments.
             model: the eager model; default the one this package was exported from.
                 Without one, only the package's own paths run.
-            iterations, warmup: timed and untimed runs per path and batch.
+            batches: the batch sizes to measure.
+            iterations: timed runs per path and batch.
+            warmup: untimed runs before them.
             threads: intra-op threads for every path (default torch's current).
-            compile, max_autotune: include the torch.compile rows.
+            compile: include torch.compile's default row.
+            max_autotune: include torch.compile's max-autotune row.
+            compile_timeout: seconds a torch.compile first call may take.
+            cpp: include the C++ runner's rows.
             onnx: include ONNX Runtime (default: when the ONNX extra is installed).
             triton: a Triton row (this benchmark starts no server: it says so).
             on_step: called with each path's name as it starts (progress).
