@@ -800,31 +800,36 @@ def test_an_index_out_of_range_fails_its_request_alone(served: Served, lookup_pa
         unload_and_wait(served.server, name)
 
 
-def test_a_transformers_model_serves_by_its_own_names(served: Served, zoo, tmp_path: Path) -> None:
-    """The tiny BERT of the model zoo in the session's server: its config names the
-    model's inputs and outputs (input_ids, attention_mask, last_hidden_state,
-    pooler_output), a request by those names gets the package's bits, an
-    out-of-vocabulary id fails that request alone, and the server keeps serving."""
-    from conftest import zoo_other_shape
+@pytest.mark.parametrize("model", ["bert", "gpt2", "t5_encoder", "vit", "resnet"])
+def test_a_transformers_model_serves_by_its_own_names(served: Served, zoo, model: str, tmp_path: Path) -> None:
+    """Each model of the zoo in the session's server: its config names the model's
+    inputs and outputs (input_ids, attention_mask, last_hidden_state, logits,
+    pixel_values, ...), a request by those names gets the package's bits over HTTP and
+    gRPC; for BERT, an out-of-vocabulary id fails that request alone, and the server
+    keeps serving."""
+    from conftest import NAMES, zoo_other_shape
 
-    entry = zoo["bert"]
-    name = "zoo_bert"
+    entry = zoo[model]
+    name = f"zoo_{model}"
     # Without dynamic batching, each request runs alone: the bits equal the package's
-    # on that request (a merged batch may tile a GEMM differently; README, Known limits).
+    # on that request (a merged batch may tile a GEMM differently; docs, Known limits).
     write_repository(entry.package.path, served.repository, name=name, dynamic_batching=False)
     config = (served.repository / name / "config.pbtxt").read_text()
-    for tensor in ("input_ids", "attention_mask", "last_hidden_state", "pooler_output"):
+    inputs_named, outputs_named = NAMES[model]
+    for tensor in inputs_named + outputs_named:
         assert f'name: "{tensor}"' in config, config
     served.server.load_model(name)
     try:
-        kwargs = zoo_other_shape("bert")
-        inputs = [kwargs["input_ids"], kwargs["attention_mask"]]
+        kwargs = zoo_other_shape(model)
+        inputs = [kwargs[key] for key in inputs_named]
         got = triton_server.infer(served.server.http_url, "http", name, inputs)
         assert same_bits(got, runner_outputs(served, name, inputs, tmp_path / "runner"))
-        bad = inputs[0].clone()
-        bad[2, 4] = 5000
-        with pytest.raises(triton_server.ServingError, match=r"input\[0\] \(input_ids\): value 5000 at \[2, 4\]"):
-            triton_server.infer(served.server.http_url, "http", name, [bad, inputs[1]])
+        if model == "bert":
+            bad = inputs[0].clone()
+            bad[2, 4] = 5000
+            with pytest.raises(triton_server.ServingError,
+                               match=r"input\[0\] \(input_ids\): value 5000 at \[2, 4\]"):
+                triton_server.infer(served.server.http_url, "http", name, [bad, inputs[1]])
         assert served.server.running()
         assert same_bits(triton_server.infer(served.server.grpc_url, "grpc", name, inputs), got)
     finally:

@@ -81,13 +81,16 @@ def test_out_of_vocabulary_id_fails_alone_in_both_runtimes(zoo: dict[str, ZooMod
     assert "5000" in result.stderr and "terminate called" not in result.stderr
 
 
-def test_run_inference_runs_a_model_output_package_with_no_extra_option(zoo: dict[str, ZooModel], build: Build,
-                                                                       tmp_path: Path) -> None:
-    """run_inference (the CLI, a process) on a package whose model returns a
-    ModelOutput: no --fake-module needed; the same bits as the C++ runner."""
-    entry = zoo["bert"]
-    kwargs = _other_shape("bert")
-    inputs = save_tensors(tmp_path / "in.pt", [kwargs["input_ids"], kwargs["attention_mask"]])
+@pytest.mark.parametrize("name", ZOO)
+def test_run_inference_runs_a_model_output_package_with_no_extra_option(zoo: dict[str, ZooModel], name: str,
+                                                                       build: Build, tmp_path: Path) -> None:
+    """run_inference (the CLI, a process) on each zoo package, whose model returns a
+    ModelOutput: no --fake-module needed; a dict tensor file by the model's input
+    names; the same bits as the C++ runner."""
+    entry = zoo[name]
+    kwargs = _other_shape(name)
+    inputs = tmp_path / "in.pt"
+    torch.save({key: kwargs[key] for key in NAMES[name][0]}, inputs)
     py = subprocess.run([str(Path(sys.executable).parent / "run_inference"), str(entry.package.path), "--inputs",
                          str(inputs), "--outputs", str(tmp_path / "py.pt")], capture_output=True, text=True,
                         timeout=300, env={**os.environ, "AOTI_DEPLOY_BUILD_DIR": str(build.dir)})
@@ -95,35 +98,3 @@ def test_run_inference_runs_a_model_output_package_with_no_extra_option(zoo: dic
     cpp = subprocess.run([str(build.runner), str(entry.package.path), "--inputs", str(inputs), "--expected",
                           str(tmp_path / "py.pt")], capture_output=True, text=True, timeout=300)
     assert cpp.returncode == 0 and "runtime parity: PASSED (bit-identical)" in cpp.stdout, cpp.stdout + cpp.stderr
-
-
-def test_package_benchmark_runs_every_path_at_two_batches(zoo: dict[str, ZooModel]) -> None:
-    """The package benchmark on the tiny BERT: every path has a row at each batch,
-    timed or skipped with a reason; ratios are to the fastest (no speed is asserted)."""
-    from aoti_deploy.bench.package_bench import COMPILE, COMPILE_MAX, EAGER, ONNX, PYTHON, TRITON, cpp_row
-    from aoti_deploy.compiler.onnx_export import missing_onnx_packages
-
-    entry = zoo["bert"]
-    steps: list[str] = []
-    result = entry.package.benchmark((), entry.kwargs, iterations=3, warmup=1, threads=2, batches=(1, 3),
-                                     max_autotune=False, triton=True, on_step=steps.append)
-    assert isinstance(result, ad.BenchmarkResult) and result.batches == (1, 3) and result.threads == 2
-    expected = [EAGER, COMPILE, COMPILE_MAX, PYTHON, cpp_row(1), cpp_row(2), ONNX, TRITON]
-    assert result.paths() == expected
-    for batch in (1, 3):
-        rows = [row for row in result.rows if row.batch == batch]
-        assert [row.path for row in rows] == expected
-        timed = [row for row in rows if not row.skipped]
-        assert {row.path for row in timed} >= {EAGER, PYTHON, cpp_row(1), cpp_row(2)}
-        for row in timed:
-            assert 0 < row.p50_us <= row.p99_us and row.throughput > 0
-            assert row.p50_ratio >= 1.0 and row.p99_ratio >= 1.0 and 0 < row.throughput_ratio <= 1.0
-        assert min(row.p50_ratio for row in timed) == 1.0 and max(row.throughput_ratio for row in timed) == 1.0
-        assert result.row(COMPILE_MAX, batch).skipped == "not requested"
-        assert "starts no server" in result.row(TRITON, batch).skipped
-        onnx = result.row(ONNX, batch)
-        assert (onnx.skipped and "ONNX" in onnx.skipped) if missing_onnx_packages() else onnx.p50_us is not None
-    assert f"batch 3: {PYTHON}" in steps
-    assert result.speedup(PYTHON, 3) == result.row(EAGER, 3).p50_us / result.row(PYTHON, 3).p50_us
-    assert "| 3 | AOTI C++ runner, 2 threads |" in result.table()
-

@@ -1,5 +1,6 @@
 #include "tensor_files.h"
 
+#include "dtypes.h"
 #include "errors.h"
 #include "json_text.h"
 #include "pickle_check.h"
@@ -82,6 +83,12 @@ void check_tensors_within_records(const std::vector<at::Tensor>& tensors, const 
     }
     if (!t.device().is_cpu()) {
       throw RunnerError(where + " is stored on " + t.device().str() + "; a tensor file holds CPU tensors." + fix);
+    }
+    if (!dtype_from_name(dtype_name(t.scalar_type()))) {
+      // Not a dtype a package takes or returns (e.g. torch's uint1..uint7 bit types,
+      // which most kernels, even a copy, do not implement).
+      throw RunnerError(where + " has dtype " + c10::toString(t.scalar_type()) +
+                        ", which no package takes or returns." + fix);
     }
     const auto storage_bytes = static_cast<uint64_t>(t.storage().nbytes());
     if (storage_bytes > 0) {

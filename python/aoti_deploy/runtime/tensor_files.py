@@ -80,15 +80,28 @@ def load_tensors(path: str | Path, names: Sequence[str] = (), role: str = "input
     except Exception as error:  # the unpickler raises many types on a foreign archive
         raise _not_a_tensor_file(path, _load_failure(error)) from error
     if isinstance(value, torch.Tensor):
-        return [value]
+        return _known_dtypes([value], path)
     if isinstance(value, dict):
-        return _tensors_by_name(value, names, role, path)
+        return _known_dtypes(_tensors_by_name(value, names, role, path), path)
     if not isinstance(value, (list, tuple)):
         raise InputError(f"tensor file {path} holds a {type(value).__name__}, expected a list of tensors.\n{_HINT}")
     for i, item in enumerate(value):
         if not isinstance(item, torch.Tensor):
             raise InputError(f"tensor file {path}: element {i} is of type {type(item).__name__}, expected a tensor.")
-    return list(value)
+    return _known_dtypes(list(value), path)
+
+
+def _known_dtypes(tensors: list[torch.Tensor], path: Path) -> list[torch.Tensor]:
+    """Refuse a dtype no package takes or returns (e.g. torch's uint1..uint7 bit
+    types, which most kernels, even a copy, do not implement), as the C++ reader does."""
+    from ..package.dtypes import NAMES
+
+    known = {getattr(torch, name) for name in NAMES if hasattr(torch, name)}
+    for i, tensor in enumerate(tensors):
+        if tensor.dtype not in known:
+            raise InputError(f"tensor file {path}: tensor {i} has dtype {tensor.dtype}, which no package takes or "
+                             f"returns.\n{_HINT}")
+    return tensors
 
 
 def _shown_keys(keys: Sequence[str]) -> str:
