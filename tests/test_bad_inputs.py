@@ -77,28 +77,28 @@ class Case:
 
 CASES = [
     # inputs vs a static package
-    Case("wrong-rank", "input[0]: expected rank 4 [2, 3, 8, 12], got rank 3", inputs=tensors(torch.randn(2, 3, 8))),
+    Case("wrong-rank", "input[0] (x): expected rank 4 [2, 3, 8, 12], got rank 3", inputs=tensors(torch.randn(2, 3, 8))),
     Case("wrong-rank-5d", "expected rank 4", inputs=tensors(torch.randn(1, 2, 3, 8, 12))),
-    Case("wrong-static-batch", "input[0]: dim 0 expected 2, got 1", inputs=tensors(torch.randn(1, 3, 8, 12))),
-    Case("wrong-static-height", "input[0]: dim 2 expected 8, got 4", inputs=tensors(torch.randn(2, 3, 4, 12))),
-    Case("wrong-static-channels", "input[0]: dim 1 expected 3, got 4", inputs=tensors(torch.randn(2, 4, 8, 12))),
-    Case("wrong-dtype-float64", "input[0]: expected dtype float32, got float64",
+    Case("wrong-static-batch", "input[0] (x): dim 0 expected 2, got 1", inputs=tensors(torch.randn(1, 3, 8, 12))),
+    Case("wrong-static-height", "input[0] (x): dim 2 expected 8, got 4", inputs=tensors(torch.randn(2, 3, 4, 12))),
+    Case("wrong-static-channels", "input[0] (x): dim 1 expected 3, got 4", inputs=tensors(torch.randn(2, 4, 8, 12))),
+    Case("wrong-dtype-float64", "input[0] (x): expected dtype float32, got float64",
          inputs=tensors(GOOD.double())),
     Case("wrong-dtype-bfloat16", "expected dtype float32, got bfloat16", inputs=tensors(GOOD.bfloat16())),
     Case("wrong-dtype-int32", "expected dtype float32, got int32", inputs=tensors(GOOD.int())),
     Case("two-inputs", "wrong number of inputs: the package expects 1, got 2", inputs=tensors(GOOD, GOOD)),
     Case("no-inputs", "the package expects 1, got 0", inputs=tensors()),
     # inputs vs a dynamic package
-    Case("dynamic-batch-above", "input[0]: dim 0 expected a size in [1, 8], got 9", package=dynamic,
+    Case("dynamic-batch-above", "input[0] (x): dim 0 expected a size in [1, 8], got 9", package=dynamic,
          inputs=tensors(torch.randn(9, 3, 8, 8))),
-    Case("dynamic-height-zero", "input[0]: dim 2 expected a size in [1, 64], got 0", package=dynamic,
+    Case("dynamic-height-zero", "input[0] (x): dim 2 expected a size in [1, 64], got 0", package=dynamic,
          inputs=tensors(torch.randn(1, 3, 0, 8))),
-    Case("dynamic-width-above", "input[0]: dim 3 expected a size in [1, 64], got 65", package=dynamic,
+    Case("dynamic-width-above", "input[0] (x): dim 3 expected a size in [1, 64], got 65", package=dynamic,
          inputs=tensors(torch.randn(1, 3, 8, 65))),
-    Case("dynamic-static-channels", "input[0]: dim 1 expected 3, got 2", package=dynamic,
+    Case("dynamic-static-channels", "input[0] (x): dim 1 expected 3, got 2", package=dynamic,
          inputs=tensors(torch.randn(1, 2, 8, 8))),
     # tensor files
-    Case("file-holds-dict", "holds a", inputs=tensors({"x": GOOD})),
+    Case("file-holds-dict-of-other-names", "missing input(s) x; unknown name(s) \"y\"", inputs=tensors({"y": GOOD})),
     Case("file-element-not-tensor", "element 1 is of type", inputs=tensors(GOOD, 3)),
     Case("file-empty", "tensor file is empty", inputs=raw_file(b"")),
     Case("file-garbage", "inputs.pt is not a tensor file: it is not a zip archive, the format torch.save writes",
@@ -213,7 +213,7 @@ def test_sparse_input_is_rejected_by_the_python_runtime(compiled_package):
     from aoti_deploy.runtime.validation import validate_inputs
 
     spec = read_package_spec(compiled_package.path)
-    with pytest.raises(InputError, match="input\\[0\\]: expected a dense .strided. tensor, got layout sparse_coo"):
+    with pytest.raises(InputError, match="input\\[0\\] \\(x\\): expected a dense .strided. tensor, got layout sparse_coo"):
         validate_inputs([torch.randn(2, 3, 8, 12).to_sparse()], spec)
 
 
@@ -223,5 +223,5 @@ def test_meta_device_input_is_rejected_by_the_python_runtime(compiled_package):
     from aoti_deploy.runtime.validation import validate_inputs
 
     spec = read_package_spec(compiled_package.path)
-    with pytest.raises(InputError, match="input\\[0\\]: expected a tensor on cpu, got one on meta"):
+    with pytest.raises(InputError, match="input\\[0\\] \\(x\\): expected a tensor on cpu, got one on meta"):
         validate_inputs([torch.empty(2, 3, 8, 12, device="meta")], spec)

@@ -127,11 +127,11 @@ def test_a_file_that_is_not_a_shared_library(build, compiled_package, tmp_path):
 @pytest.mark.parametrize(
     "content, message",
     [
-        (lambda: [torch.randn(2, 3, 4, 12)], r"input[0]: dim 2 expected 8, got 4"),
-        (lambda: [torch.randn(2, 3, 8)], "input[0]: expected rank 4 [2, 3, 8, 12], got rank 3"),
+        (lambda: [torch.randn(2, 3, 4, 12)], r"input[0] (x): dim 2 expected 8, got 4"),
+        (lambda: [torch.randn(2, 3, 8)], "input[0] (x): expected rank 4 [2, 3, 8, 12], got rank 3"),
         (lambda: [torch.randn(2, 3, 8, 12, dtype=torch.float64)], "expected dtype float32, got float64"),
         (lambda: [torch.randn(2, 3, 8, 12)] * 2, "the package expects 1, got 2"),
-        (lambda: {"x": torch.randn(2, 3, 8, 12)}, "expected a list of tensors"),
+        (lambda: {"y": torch.randn(2, 3, 8, 12)}, 'missing input(s) x; unknown name(s) "y"'),
         (lambda: [torch.randn(2, 3, 8, 12), 3], "element 1 is of type Int, expected a tensor"),
     ],
     ids=["wrong-dim", "wrong-rank", "wrong-dtype", "two-inputs", "dict", "not-a-tensor"],

@@ -64,7 +64,7 @@ def test_both_runners_draw_the_same_integer_inputs(masked_mean_package: UserPack
     cpp = run_cmd(build.runner, masked_mean_package.path, *shape, "--seed", "3", "--outputs", tmp_path / "cpp.pt")
     assert py.returncode == 0, py.stdout + py.stderr
     assert cpp.returncode == 0, cpp.stdout + cpp.stderr
-    assert "input[1]: [5, 40] int64 on cpu" in py.stdout and "input[1]: [5, 40] int64 on cpu" in cpp.stdout
+    assert "input[1] (mask): [5, 40] int64 on cpu" in py.stdout and "input[1] (mask): [5, 40] int64 on cpu" in cpp.stdout
     py_out, cpp_out = torch.load(tmp_path / "py.pt"), torch.load(tmp_path / "cpp.pt")
     assert torch.equal(bit_view(py_out[0]), bit_view(cpp_out[0]))
     # And they are what eager computes for the inputs both draw.

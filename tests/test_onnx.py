@@ -212,10 +212,10 @@ def test_run_inference_on_onnx_flags_a_bit_difference_with_exit_1(onnx_files, tm
 @pytest.mark.parametrize(
     ("tensor", "message"),
     [
-        (torch.randn(2, 4, 5, 7), "input[0]: dim 1 expected 3, got 4"),
-        (torch.randn(9, 3, 5, 7), "input[0]: dim 0 expected a size in [1, 8], got 9"),
-        (torch.randn(2, 3, 5, 7, dtype=torch.float64), "input[0]: expected dtype float32, got float64"),
-        (torch.randn(3, 5, 7), "input[0]: expected rank 4"),
+        (torch.randn(2, 4, 5, 7), "input[0] (x): dim 1 expected 3, got 4"),
+        (torch.randn(9, 3, 5, 7), "input[0] (x): dim 0 expected a size in [1, 8], got 9"),
+        (torch.randn(2, 3, 5, 7, dtype=torch.float64), "input[0] (x): expected dtype float32, got float64"),
+        (torch.randn(3, 5, 7), "input[0] (x): expected rank 4"),
     ],
 )
 def test_run_inference_on_onnx_refuses_bad_inputs_clearly(onnx_files, tmp_path, tensor, message):
@@ -336,7 +336,9 @@ def test_inspect_package_reads_onnx_files(onnx_files):
     assert data["onnx_mode"] == "custom-domain"
     assert data["inputs"][0]["dims"][1] == {"min": 3, "max": 3}
     assert data["inputs"][0]["dims"][0] == {"min": 1, "max": 8}
-    assert data["outputs"] == data["inputs"]  # an identity
+    # An identity: the same specs, under the model's own names.
+    assert [{**t, "name": ""} for t in data["outputs"]] == [{**t, "name": ""} for t in data["inputs"]]
+    assert (data["inputs"][0]["name"], data["outputs"][0]["name"]) == ("x", "output")
     assert data["is_identity"] is True
     assert [op["name"] for op in data["required_ops"]] == ["my_ops::identity_conv_class_forward", "my_ops::identity_conv_op"]
 

@@ -33,9 +33,9 @@ def test_non_contiguous_input_is_made_contiguous_and_stays_correct(package):
 @pytest.mark.parametrize(
     "bad, message",
     [
-        (torch.randn(2, 3, 8), r"input\[0\]: expected rank 4 \[2, 3, 8, 12\], got rank 3"),
-        (torch.randn(1, 3, 8, 12), r"input\[0\]: dim 0 expected 2, got 1"),
-        (torch.randn(2, 3, 4, 12), r"input\[0\]: dim 2 expected 8, got 4"),
+        (torch.randn(2, 3, 8), r"input\[0\] \(x\): expected rank 4 \[2, 3, 8, 12\], got rank 3"),
+        (torch.randn(1, 3, 8, 12), r"input\[0\] \(x\): dim 0 expected 2, got 1"),
+        (torch.randn(2, 3, 4, 12), r"input\[0\] \(x\): dim 2 expected 8, got 4"),
         (torch.randn(2, 3, 8, 12, dtype=torch.float64), r"expected dtype float32, got float64"),
         (torch.randn(2, 3, 8, 12).half(), r"expected dtype float32, got float16"),
     ],

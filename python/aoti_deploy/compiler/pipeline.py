@@ -420,8 +420,11 @@ def export_and_compile(
             cached = None if config.force else _cached_spec(config.output, key)
 
     if config.format == "onnx":
-        if example is not None:
-            raise InputError("the ONNX target takes a model given with --model; the Python API writes .pt2 packages")
+        if example is not None and (example.kwargs or len(example.tensors()) != len(example.leaves())):
+            raise InputError(
+                "the ONNX target takes a model called with tensors by position; this one takes keyword or "
+                "non-tensor inputs (export it as a .pt2 package)"
+            )
         return _export_onnx(
             config, model, inputs, traced, dynamic_dims, libraries, model_name, tolerance, stage, timings
         )

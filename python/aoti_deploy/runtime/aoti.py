@@ -70,6 +70,18 @@ class CompiledPackage:
             self._specs = (load_treespec(call_spec[0]), load_treespec(call_spec[1]))
         return self._specs
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """As ``AOTICompiledModel.__call__``: the inputs flattened with the call
+        spec (keyword arguments ordered by it, refused as it refuses them), the
+        outputs unflattened with the out spec (a flat list where it cannot load)."""
+        in_spec, out_spec = self.specs()
+        if in_spec is None:
+            flat_inputs = list(args)
+        else:
+            flat_inputs = pytree.tree_flatten((args, reorder_kwargs(kwargs, in_spec)))[0]
+        flat_outputs = self.run_flat([x for x in flat_inputs if isinstance(x, torch.Tensor)])
+        return flat_outputs if out_spec is None else pytree.tree_unflatten(flat_outputs, out_spec)
+
     def run_flat(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         """The package's tensors in, its flat outputs out (as the C++ runner runs it)."""
         return list(self.loader.boxed_run(list(tensors)))
