@@ -252,6 +252,20 @@ def test_output_names_follow_the_structure() -> None:
     assert output_names(flat({"x y": torch.zeros(1), "x_y": torch.zeros(1)})[1]) == ["x_y", "x_y_1"]
 
 
+def test_names_fit_the_spec_however_deep_the_key_path() -> None:
+    """A spec refuses names over 128 characters: export cuts a deep key path and keeps
+    the names unique, so a model with one never makes a malformed package."""
+    from aoti_deploy.compiler.structure import MAX_NAME_LENGTH, bounded_names
+    from aoti_deploy.package.spec import PackageSpec, TensorSpec, parse_document
+
+    deep = {"a" * 100: {"b" * 100: torch.zeros(1), "b" * 100 + "c": torch.zeros(1)}}
+    names = output_names(torch.utils._pytree.tree_flatten(deep)[1])
+    assert all(len(name) <= MAX_NAME_LENGTH for name in names) and len(set(names)) == 2
+    assert bounded_names(["x", "x"]) == ["x", "x_1"]
+    spec = PackageSpec(inputs=[], outputs=[TensorSpec((), "float32", name=name) for name in names])
+    assert [t.name for t in parse_document(spec.to_document()).outputs] == names
+
+
 def test_public_api_is_listed() -> None:
     for name in ("export", "load", "Package", "Report", "Dim", "Tolerance", "VerificationError", "InputError"):
         assert name in ad.__all__ and getattr(ad, name) is not None

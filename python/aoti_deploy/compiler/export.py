@@ -19,7 +19,7 @@ from ..package.dtypes import dtype_name
 from ..package.spec import INT64_MAX, DimSpec, OpRef, TensorSpec
 from ..models.user import DynamicDim
 from .dynamic_dims import DimFix, constraint_fixes, dynamic_dim_option, untied_static_dims
-from .structure import CallInputs, input_names, output_names
+from .structure import CallInputs, bounded_names, input_names, output_names
 
 # Namespaces of ops that every libtorch has; anything else comes from a library.
 _BUILTIN_NAMESPACES = {"aten", "prims", "higher_order", "prim", "_operator"}
@@ -211,9 +211,10 @@ def input_specs(program: torch.export.ExportedProgram) -> list[TensorSpec]:
     order, named as the model names them: each dim static, or the range torch.export
     proved for it. Python scalars are baked in, not inputs (structure.py)."""
     placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
+    names = input_names(program)
     return [
-        dataclasses.replace(_tensor_spec(placeholders[name].meta["val"], program), name=name)
-        for name in input_names(program)
+        dataclasses.replace(_tensor_spec(placeholders[name].meta["val"], program), name=shown)
+        for name, shown in zip(names, bounded_names(names))
     ]
 
 

@@ -169,11 +169,25 @@ def output_names(out_spec: pytree.TreeSpec) -> list[str]:
         name = _NAME_CHARS.sub("_", name)
         if not name[0].isalpha() and name[0] != "_":
             name = "output_" + name
-        unique, k = name, 1
-        while unique in names:
-            unique, k = f"{name}_{k}", k + 1
-        names.append(unique)
-    return names
+        names.append(name)
+    return bounded_names(names)
+
+
+# The longest name a spec holds (package/spec.py and package_spec.cpp refuse longer).
+MAX_NAME_LENGTH = 128
+
+
+def bounded_names(names: Sequence[str]) -> list[str]:
+    """``names`` made fit for a spec: each at most MAX_NAME_LENGTH characters (a deep
+    key path is cut) and unique (a repeat gets ``_1``, ``_2``...)."""
+    bounded: list[str] = []
+    for name in names:
+        base = name[: MAX_NAME_LENGTH - 8]
+        unique, k = (name if len(name) <= MAX_NAME_LENGTH else base), 1
+        while unique in bounded:
+            unique, k = f"{base}_{k}", k + 1
+        bounded.append(unique)
+    return bounded
 
 
 def _key_part(key: Any) -> object:
