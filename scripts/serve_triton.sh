@@ -36,7 +36,7 @@ step "export + AOTI compile -> artifacts/model.pt2"
 
 step "model repository: artifacts/triton_repository/identity_conv (config.pbtxt, version 1 bundle)"
 "$VENV/bin/aoti-deploy" triton-repository artifacts/model.pt2 --repository artifacts/triton_repository \
-  --name identity_conv --op-lib "$LIB" || exit $?
+  --name identity_conv --version 1 --op-lib "$LIB" || exit $?
 
 step "tritonserver with the aoti backend: requests over HTTP and gRPC, outputs checked bit for bit"
 "$VENV/bin/aoti-deploy" serve --repository artifacts/triton_repository --model identity_conv "${KEEP[@]}"

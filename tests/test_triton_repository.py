@@ -20,8 +20,11 @@ from aoti_deploy.package.archive import read_package_spec
 from aoti_deploy.package.spec import DimSpec, PackageSpec, TensorSpec
 from aoti_deploy.serve.triton_repository import (
     CONFIG_NAME,
+    VersionPolicy,
     config_text,
     default_model_name,
+    model_versions,
+    read_repository,
     served_name,
     triton_config,
     write_repository,
@@ -371,6 +374,128 @@ def test_trusted_key_without_signing_warns(compiled_package: CompiledPackage, op
     assert parse(written.config_path.read_text()).parameters["trusted_key"].string_value == str(key.resolve())
     (warning,) = written.warnings
     assert "the bundle is not signed, so the backend will refuse to load it" in warning
+
+
+# --- versions: published whole, numbered, pruned, served by policy ---------------------
+
+
+def test_versions_are_numbered_pruned_and_served_by_policy(compiled_package: CompiledPackage, op_library: Path,
+                                                           tmp_path: Path):
+    pytest.importorskip("tritonclient.grpc", reason="needs tritonclient (the triton extra)")
+    repository = tmp_path / "repository"
+    model_dir = repository / "demo"
+    first = write_repository(compiled_package.path, repository, name="demo", op_libraries=[op_library])
+    second = write_repository(compiled_package.path, repository, name="demo", op_libraries=[op_library])
+    assert (first.version, second.version) == (1, 2) and second.versions == (1, 2) and second.removed == ()
+    (served,) = read_repository(repository)
+    assert (served.version, served.versions, str(served.policy)) == (2, (2,), "latest:1")  # Triton's default
+    # A third, keeping the newest two, served two at a time.
+    third = write_repository(compiled_package.path, repository, name="demo", op_libraries=[op_library],
+                             keep_versions=2, version_policy="latest:2")
+    assert (third.version, third.versions, third.removed) == (3, (2, 3), (1,))
+    assert sorted(p.name for p in model_dir.iterdir()) == ["2", "3", CONFIG_NAME]  # nothing hidden left
+    config = parse(third.config_path.read_text())
+    assert config.version_policy.latest.num_versions == 2
+    (served,) = read_repository(repository)
+    assert (served.version, served.versions, served.bundle) == (3, (2, 3), model_dir / "3")
+    # An explicit version below the newest is published and never pruned by its own write.
+    fourth = write_repository(compiled_package.path, repository, name="demo", op_libraries=[op_library], version=1,
+                              keep_versions=1, version_policy="specific:1,3")
+    assert (fourth.version, fourth.versions, fourth.removed) == (1, (1, 3), (2,))
+    assert list(parse(fourth.config_path.read_text()).version_policy.specific.versions) == [1, 3]
+    (served,) = read_repository(repository)
+    assert (served.version, served.versions) == (3, (1, 3))
+    # A policy that serves nothing there is refused when the repository is read, with the versions it has.
+    write_repository(compiled_package.path, repository, name="demo", op_libraries=[op_library], version=3,
+                     version_policy="specific:7")
+    with pytest.raises(AotiDeployError, match=r"serves none of the versions there \(1, 3\)"):
+        read_repository(repository)
+
+
+@pytest.mark.parametrize("text, expected", [("latest:3", "latest:3"), ("latest", "latest:1"), ("all", "all"),
+                                            ("specific:4,2,2", "specific:2,4")])
+def test_version_policy_parses(text: str, expected: str):
+    assert str(VersionPolicy.parse(text)) == expected
+
+
+@pytest.mark.parametrize("text", ["latest:0", "latest:x", "all:1", "specific:", "specific:0", "newest:2", ""])
+def test_version_policy_refuses_what_triton_would_not_take(text: str):
+    with pytest.raises(AotiDeployError, match="expected latest:N .* all, or specific:V1,V2") as raised:
+        VersionPolicy.parse(text)
+    assert raised.value.kind == "usage"
+
+
+def test_version_policy_serves_what_triton_serves():
+    available = [1, 2, 5, 9]
+    assert VersionPolicy("latest", latest=2).served(available) == (5, 9)
+    assert VersionPolicy("latest", latest=9).served(available) == (1, 2, 5, 9)
+    assert VersionPolicy("all").served(available) == (1, 2, 5, 9)
+    assert VersionPolicy("specific", versions=(2, 3)).served(available) == (2,)
+
+
+def test_model_versions_counts_only_what_triton_counts(tmp_path: Path):
+    for name in ("1", "10", "02", "0", ".3.abc.tmp", "x"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "4").write_text("a file, not a version")
+    assert model_versions(tmp_path) == [1, 10]
+
+
+def test_a_version_being_replaced_never_disappears(compiled_package: CompiledPackage, op_library: Path,
+                                                   tmp_path: Path):
+    """Republishing version 1 while a poller (as Triton's poll mode) watches it: the
+    folder is swapped in one step, so every look finds a whole bundle."""
+    import threading
+
+    repository = tmp_path / "repository"
+    write_repository(compiled_package.path, repository, name="demo", op_libraries=[op_library])
+    bundle = repository / "demo" / "1"
+    expected = sorted(p.name for p in bundle.iterdir())
+    seen: list[list[str]] = []
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.is_set():
+            try:
+                seen.append(sorted(p.name for p in bundle.iterdir()))
+            except OSError as error:
+                seen.append([f"error: {error}"])
+
+    watcher = threading.Thread(target=poll)
+    watcher.start()
+    inodes = set()
+    try:
+        for _ in range(5):
+            write_repository(compiled_package.path, repository, name="demo", op_libraries=[op_library], version=1)
+            inodes.add(bundle.stat().st_ino)
+    finally:
+        stop.set()
+        watcher.join()
+    assert len(inodes) == 5  # a new folder each time, not files rewritten in place
+    assert seen and all(names == expected for names in seen), [n for n in seen if n != expected][:3]
+    assert sorted(p.name for p in (repository / "demo").iterdir()) == ["1", CONFIG_NAME]
+
+
+def test_a_signed_version_that_does_not_verify_is_never_published(compiled_package: CompiledPackage,
+                                                                   op_library: Path, tmp_path: Path):
+    pytest.importorskip("model_signing", reason="needs model-signing (the sign extra)")
+    import subprocess
+
+    for name in ("a", "b"):
+        subprocess.run(["openssl", "ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out",
+                        tmp_path / f"{name}.pem"], check=True)
+        subprocess.run(["openssl", "ec", "-in", tmp_path / f"{name}.pem", "-pubout", "-out", tmp_path / f"{name}.pub"],
+                       check=True, capture_output=True)
+    repository = tmp_path / "repository"
+    write_repository(compiled_package.path, repository, name="demo", op_libraries=[op_library],
+                     sign_key=tmp_path / "a.pem", trusted_key=tmp_path / "a.pub")
+    before = (repository / "demo" / CONFIG_NAME).read_text()
+    # Signed with one key, to be verified with another: refused in staging.
+    with pytest.raises(PackageError) as raised:
+        write_repository(compiled_package.path, repository, name="demo", op_libraries=[op_library],
+                         sign_key=tmp_path / "b.pem", trusted_key=tmp_path / "a.pub")
+    assert raised.value.kind == "wrong_key", raised.value
+    assert sorted(p.name for p in (repository / "demo").iterdir()) == ["1", CONFIG_NAME]
+    assert (repository / "demo" / CONFIG_NAME).read_text() == before
 
 
 # --- aoti-deploy triton-repository -----------------------------------------------------

@@ -1,6 +1,7 @@
-"""aoti-deploy triton-repository: write a package into a Triton model repository for this
-project's `aoti` backend: <repository>/<name>/config.pbtxt and the version folder, a
-deploy bundle (signed with --sign-key, verified by the backend with --trusted-key)."""
+"""aoti-deploy triton-repository: publish a package as a version of a model in a Triton
+model repository for this project's `aoti` backend: <repository>/<name>/config.pbtxt and
+the version folder, a deploy bundle (signed with --sign-key, verified with --trusted-key
+before it is published and by the backend when it loads), put in place atomically."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def _serve_command(repository: Path) -> str:
 
 @app.command(
     "triton-repository",
-    short_help="Write a package into a Triton model repository for the aoti backend.",
+    short_help="Publish a package as a model version in a Triton model repository.",
     help=escape(
         "Write a package (or a deploy bundle) into a Triton Inference Server model repository for this "
         "project's aoti backend: REPOSITORY/NAME/VERSION/ is a deploy bundle (model.pt2, the op libraries it "
@@ -50,6 +51,10 @@ def _serve_command(repository: Path) -> str:
         "(--no-dynamic-batching turns that off). Any other package is served with max_batch_size 0 and full "
         "shapes (-1 for a dynamic size). Packages with Python-only ops cannot be served (the backend has no "
         "Python).\n\n"
+        "Versions: each run publishes a new version (the next free number, or --version N), written and "
+        "verified in a hidden staging folder and renamed into place whole, so a server polling the repository "
+        "(--model-control-mode=poll) never sees a half-written one; --keep-versions K removes older ones, and "
+        "--version-policy writes which versions Triton serves (latest:N, all, specific:V1,V2).\n\n"
         "Example:\n\n"
         "  aoti-deploy triton-repository artifacts/model.pt2 --repository artifacts/triton_repository "
         "--name identity_conv\n\n"
@@ -79,8 +84,23 @@ def triton_repository(
         ),
     ] = None,
     version: Annotated[
-        int, typer.Option("--version", min=1, help="The version folder to write (an existing one is replaced).")
-    ] = 1,
+        Optional[int],
+        typer.Option("--version", min=1, show_default=False,
+                     help="The version folder to publish (an existing one is swapped for the new one in one step). "
+                     "Default: the next free number (1 for a new model)."),
+    ] = None,
+    keep_versions: Annotated[
+        Optional[int],
+        typer.Option(min=1, show_default=False,
+                     help="Then keep only this many newest versions (the new one included); older ones are removed. "
+                     "Default: keep all."),
+    ] = None,
+    version_policy: Annotated[
+        Optional[str],
+        typer.Option(show_default=False,
+                     help="The config's version_policy: latest:N (the N newest), all, or specific:V1,V2. "
+                     "Default: none written (Triton serves the latest)."),
+    ] = None,
     instances: Annotated[
         int, typer.Option(min=1, max=2**31 - 1, help="Model instances (instance_group count); each runs requests on its own.")
     ] = 1,
@@ -128,6 +148,8 @@ def triton_repository(
             repository,
             name=name if name is not None else default_model_name(package),
             version=version,
+            keep_versions=keep_versions,
+            version_policy=version_policy,
             instances=instances,
             dynamic_batching=dynamic_batching,
             max_queue_delay_us=max_queue_delay_us,
@@ -157,6 +179,10 @@ def triton_repository(
         ("intra-op threads", str(intra_op_threads) if intra_op_threads is not None else "the backend's default"),
         ("signed", f"yes, with {sign_key}" if written.signed else "no (pass --sign-key KEY.pem to sign)"),
         ("verified by the backend", f"yes, with {key}" if key is not None else "no (pass --trusted-key PUB.pem)"),
+        ("versions", ", ".join(map(str, written.versions))
+         + (f" (removed {', '.join(map(str, written.removed))})" if written.removed else "")),
+        ("version policy", str(config.version_policy) if config.version_policy is not None
+         else "none written: Triton serves the latest"),
     ]
     for label, value in rows:
         console.print(f"{label}: {value}")

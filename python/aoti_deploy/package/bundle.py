@@ -451,6 +451,7 @@ def write_bundle(
     op_libraries: Sequence[str | os.PathLike[str]],
     dest: str | os.PathLike[str],
     sign_key: str | os.PathLike[str] | None = None,
+    verify_key: str | os.PathLike[str] | None = None,
 ) -> Path:
     """Write a deploy bundle: model.pt2 and exactly the op libraries its spec records
     (copied), signed into model.sig if ``sign_key`` is given. It is written into a
@@ -465,6 +466,8 @@ def write_bundle(
             run_inference finds it); any other must be given.
         dest: the bundle folder to write.
         sign_key: a PEM EC private key (P-256, P-384 or P-521).
+        verify_key: a PEM public key: the staged bundle must be signed and verify
+            with it (as a runner would verify it) before it is put in place.
 
     Returns:
         ``dest``.
@@ -516,16 +519,43 @@ def write_bundle(
             from .signing import sign_bundle
 
             sign_bundle(staged, sign_key)
+        if verify_key is not None:
+            from ..runtime.trust import TrustPolicy, open_model
+
+            with open_model(staged, TrustPolicy(Path(verify_key), "--trusted-key", True)):
+                pass  # verified, as the runners will verify it; the copy is removed
         _put_in_place(staged, dest, staging_root)
     finally:
         shutil.rmtree(staging_root, ignore_errors=True)
     return dest
 
 
-def _put_in_place(staged: Path, dest: Path, staging_root: Path) -> None:
-    """Rename ``staged`` to ``dest``; an existing ``dest`` is moved aside first and
-    moved back if the rename fails."""
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (renameat2 RENAME_EXCHANGE): a reader sees one or the
+    other, never neither. False where the kernel, libc or file system lacks it."""
+    import ctypes
+
     try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0
+
+
+def _put_in_place(staged: Path, dest: Path, staging_root: Path) -> None:
+    """Rename ``staged`` to ``dest``. An existing ``dest`` is swapped with it in one step
+    where the system can (so a polling server never sees the folder missing), else
+    moved aside first and moved back if the rename fails; the old one is removed
+    with the staging folder."""
+    try:
+        if dest.exists() and _exchange(staged, dest):
+            return
         if dest.exists():
             previous = staging_root / f"{dest.name}.previous"
             os.rename(dest, previous)

@@ -62,6 +62,7 @@ class TritonConfig:
     batching: str  # why the model is or is not batched, for the summary
     parameters: tuple[tuple[str, str], ...] = ()
     warnings: tuple[str, ...] = ()
+    version_policy: "VersionPolicy | None" = None  # None: Triton's default, the latest version
 
     @property
     def batchable(self) -> bool:
@@ -87,7 +88,77 @@ class TritonConfig:
         lines += ["instance_group [", "  {", f"    kind: {self.kind}", f"    count: {self.instances}", "  }", "]"]
         for key, value in self.parameters:
             lines += ["parameters: {", f"  key: {_quote(key)}", f"  value: {{ string_value: {_quote(value)} }}", "}"]
+        if self.version_policy is not None:
+            lines.append(self.version_policy.text())
         return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class VersionPolicy:
+    """Which versions of a model Triton serves (ModelConfig.version_policy): the
+    newest ``latest`` ones, ``all``, or the ``specific`` ones listed."""
+
+    kind: str  # "latest", "all" or "specific"
+    latest: int = 1
+    versions: tuple[int, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> "VersionPolicy":
+        """``latest:N``, ``all`` or ``specific:V1,V2`` (as --version-policy takes it).
+
+        Raises:
+            AotiDeployError (kind usage): anything else.
+        """
+        kind, _, rest = text.strip().partition(":")
+        try:
+            if kind == "all" and not rest:
+                return cls("all")
+            if kind == "latest":
+                count = int(rest) if rest else 1
+                if count >= 1:
+                    return cls("latest", latest=count)
+            if kind == "specific":
+                versions = tuple(sorted({int(v) for v in rest.split(",") if v.strip()}))
+                if versions and min(versions) >= 1:
+                    return cls("specific", versions=versions)
+        except ValueError:
+            pass
+        raise _usage(f"invalid version policy {text!r}: expected latest:N (the N newest versions, N >= 1), all, or "
+                     "specific:V1,V2 (those versions, each >= 1)")
+
+    @classmethod
+    def of_config(cls, config: Any) -> "VersionPolicy":
+        """The policy of a parsed config (tritonclient's ModelConfig); Triton's default
+        (the latest version) when it sets none."""
+        which = config.version_policy.WhichOneof("policy_choice") if config.HasField("version_policy") else None
+        if which == "all":
+            return cls("all")
+        if which == "specific":
+            return cls("specific", versions=tuple(sorted(int(v) for v in config.version_policy.specific.versions)))
+        if which == "latest":
+            return cls("latest", latest=max(1, int(config.version_policy.latest.num_versions)))
+        return cls("latest")
+
+    def served(self, available: Sequence[int]) -> tuple[int, ...]:
+        """The versions Triton serves out of ``available``, oldest first."""
+        present = sorted(set(available))
+        if self.kind == "all":
+            return tuple(present)
+        if self.kind == "specific":
+            return tuple(v for v in present if v in self.versions)
+        return tuple(present[-self.latest:])
+
+    def text(self) -> str:
+        if self.kind == "all":
+            return "version_policy: { all: {} }"
+        if self.kind == "specific":
+            return f"version_policy: {{ specific: {{ versions: [ {', '.join(map(str, self.versions))} ] }} }}"
+        return f"version_policy: {{ latest: {{ num_versions: {self.latest} }} }}"
+
+    def __str__(self) -> str:
+        if self.kind == "specific":
+            return "specific:" + ",".join(map(str, self.versions))
+        return "all" if self.kind == "all" else f"latest:{self.latest}"
 
 
 def _quote(text: str) -> str:
@@ -202,6 +273,7 @@ def triton_config(
     max_queue_delay_us: int = 100,
     intra_op_threads: int | None = None,
     trusted_key: str | os.PathLike[str] | None = None,
+    version_policy: VersionPolicy | None = None,
 ) -> TritonConfig:
     """The Triton config of a package, from its spec alone (no files are read).
 
@@ -213,6 +285,8 @@ def triton_config(
         max_queue_delay_us: how long the dynamic batcher waits to fill a batch.
         intra_op_threads: the backend's intra-op threads per instance; None: its default.
         trusted_key: a PEM public key path the backend verifies the bundle with.
+        version_policy: which versions Triton serves; None writes none (Triton's
+            default: the latest).
 
     Raises:
         PackageError: Python-only ops, no recorded outputs, or a dtype Triton's
@@ -292,6 +366,7 @@ def triton_config(
         batching=batching if dim is None or dynamic_batching else f"{batching}, dynamic batching off",
         parameters=tuple(parameters),
         warnings=tuple(warnings),
+        version_policy=version_policy,
     )
 
 
@@ -304,6 +379,7 @@ def config_text(
     max_queue_delay_us: int = 100,
     intra_op_threads: int | None = None,
     trusted_key: str | os.PathLike[str] | None = None,
+    version_policy: VersionPolicy | None = None,
 ) -> str:
     """``config.pbtxt`` for a package's spec: ``triton_config(...).text()``."""
     return triton_config(
@@ -314,6 +390,7 @@ def config_text(
         max_queue_delay_us=max_queue_delay_us,
         intra_op_threads=intra_op_threads,
         trusted_key=trusted_key,
+        version_policy=version_policy,
     ).text()
 
 
@@ -330,6 +407,8 @@ class RepositoryModel:
     signed: bool
     files: list[str] = field(default_factory=list)  # the bundle's files
     warnings: list[str] = field(default_factory=list)
+    versions: tuple[int, ...] = ()  # every version in the model's folder afterwards
+    removed: tuple[int, ...] = ()  # versions removed to keep the newest ``keep_versions``
 
     @property
     def batchable(self) -> bool:
@@ -369,7 +448,9 @@ def write_repository(
     repository: str | os.PathLike[str],
     *,
     name: str,
-    version: int = 1,
+    version: int | None = None,
+    keep_versions: int | None = None,
+    version_policy: VersionPolicy | str | None = None,
     instances: int = 1,
     dynamic_batching: bool = True,
     max_queue_delay_us: int = 100,
@@ -378,15 +459,30 @@ def write_repository(
     intra_op_threads: int | None = None,
     trusted_key: str | os.PathLike[str] | None = None,
 ) -> RepositoryModel:
-    """Write a package into a Triton model repository: the bundle
-    ``<repository>/<name>/<version>/`` (``write_bundle``) and then
-    ``<repository>/<name>/config.pbtxt`` (through a temporary file and a rename).
-    Nothing is written if the package cannot be served.
+    """Publish a package as a version of a model in a Triton model repository: the
+    bundle ``<repository>/<name>/<version>/`` and then
+    ``<repository>/<name>/config.pbtxt``. Nothing is written if the package cannot be
+    served.
+
+    Publishing is atomic for a server that polls the repository: the bundle is
+    written (and, with ``trusted_key``, verified as the backend will verify it) in a
+    hidden staging folder beside the versions, which Triton ignores, and renamed into
+    place only when whole; a version that already exists is swapped with the new one
+    in one step (renameat2 RENAME_EXCHANGE) where the file system can. The config is
+    replaced through a temporary file and a rename. Versions beyond the newest
+    ``keep_versions`` are then removed, each renamed out of sight before deletion.
 
     Args:
         package: a .pt2 package or a bundle folder.
         repository: the model repository folder (made if missing).
-        name: the model name; version: the version folder (1 or more).
+        name: the model name.
+        version: the version folder (1 or more); None: the next free number (one
+            more than the newest version there, 1 in a new model).
+        keep_versions: keep only this many newest versions (the new one included,
+            and never removed); None keeps all.
+        version_policy: the config's version_policy (a VersionPolicy, or text as
+            ``VersionPolicy.parse`` takes it: ``latest:N``, ``all``,
+            ``specific:V1,V2``); None writes none (Triton serves the latest).
         op_libraries, sign_key: as for ``write_bundle``.
         trusted_key: a PEM public key the backend verifies the bundle with (an
             unsigned bundle is then refused: a warning says so). Written into the
@@ -408,8 +504,14 @@ def write_repository(
     package = Path(package)
     repository = Path(repository)
     check_model_name(name)
-    if type(version) is not int or version < 1:
+    if version is not None and (type(version) is not int or version < 1):
         raise _usage(f"invalid version {version!r}: a model version is a whole number, 1 or more")
+    if keep_versions is not None and (type(keep_versions) is not int or keep_versions < 1):
+        raise _usage(f"invalid keep_versions {keep_versions!r}: keep at least the newest version (1 or more)")
+    policy = VersionPolicy.parse(version_policy) if isinstance(version_policy, str) else version_policy
+    model_dir = repository / name
+    if version is None:
+        version = max(model_versions(model_dir), default=0) + 1
     key_path: Path | None = None
     if trusted_key is not None:
         key_path = Path(trusted_key).resolve()
@@ -426,6 +528,7 @@ def write_repository(
             max_queue_delay_us=max_queue_delay_us,
             intra_op_threads=intra_op_threads,
             trusted_key=key_path,
+            version_policy=policy,
         )
     except PackageError as error:
         raise PackageError(f"{package}: {error}", kind=error.kind) from error
@@ -441,11 +544,19 @@ def write_repository(
             "pass --sign-key KEY.pem (the private half of the trusted key)"
         )
 
-    model_dir = repository / name
-    bundle = write_bundle(package, list(op_libraries), model_dir / str(version), sign_key)
+    # A signed bundle is verified before it is published; an unsigned one under a
+    # trusted key is published with the warning above (the backend will refuse it).
+    verify_key = key_path if sign_key is not None else None
+    bundle = write_bundle(package, list(op_libraries), model_dir / str(version), sign_key, verify_key=verify_key)
     config_path = model_dir / CONFIG_NAME
     _write_text(config_path, config.text())
     layout = read_layout(bundle)
+    removed: list[int] = []
+    if keep_versions is not None:
+        for old in sorted(model_versions(model_dir), reverse=True)[keep_versions:]:
+            if old != version:  # the version just published is never the one removed
+                _remove_version(model_dir, old)
+                removed.append(old)
     return RepositoryModel(
         repository=repository,
         name=name,
@@ -456,7 +567,34 @@ def write_repository(
         signed=layout.signed,
         files=layout.files,
         warnings=warnings,
+        versions=tuple(model_versions(model_dir)),
+        removed=tuple(sorted(removed)),
     )
+
+
+def model_versions(model_dir: str | os.PathLike[str]) -> list[int]:
+    """The version folders of a model, as Triton counts them: sub-folders named by a
+    whole number >= 1 without a leading zero (hidden staging folders are not)."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        return []
+    return sorted(int(p.name) for p in model_dir.iterdir()
+                  if p.is_dir() and p.name.isdigit() and not p.name.startswith("0"))
+
+
+def _remove_version(model_dir: Path, version: int) -> None:
+    """Take a version out of the repository: renamed to a hidden name first (a polling
+    server sees it gone at once, never half-deleted), then deleted."""
+    import shutil
+
+    hidden = Path(tempfile.mkdtemp(dir=model_dir, prefix=f".{version}.", suffix=".removed"))
+    try:
+        os.rename(model_dir / str(version), hidden / str(version))
+    except OSError as error:
+        shutil.rmtree(hidden, ignore_errors=True)
+        raise PackageError(f"could not remove version {version} of {model_dir}: {error.strerror or error}",
+                           kind="bundle_output") from error
+    shutil.rmtree(hidden, ignore_errors=True)
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -481,13 +619,17 @@ def _write_text(path: Path, text: str) -> None:
 
 @dataclass(frozen=True)
 class ServedModel:
-    """A model of a repository as the server will load it: its latest version's bundle."""
+    """A model of a repository as the server will load it: the versions its
+    version_policy serves, and the newest of them (``version``, ``bundle``, ``spec``),
+    which a request without a version reaches."""
 
     name: str
     config: Any  # tritonclient's model_config_pb2.ModelConfig
     version: int
     bundle: Path
     spec: PackageSpec
+    versions: tuple[int, ...] = ()  # every served version, oldest first
+    policy: VersionPolicy = field(default_factory=lambda: VersionPolicy("latest"))
 
     @property
     def trusted_key(self) -> Path | None:
@@ -519,7 +661,8 @@ def parse_config(path: str | os.PathLike[str]) -> Any:
 
 def read_repository(repository: str | os.PathLike[str], names: Sequence[str] = ()) -> list[ServedModel]:
     """The models of a repository (the given ones, else every folder with a
-    config.pbtxt), each with its config and its latest version's bundle and spec.
+    config.pbtxt), each with its config and the versions its version_policy serves
+    (Triton's default: the latest), each read as a bundle.
 
     Raises:
         AotiDeployError (kind usage): no such repository or model, or a model with
@@ -546,10 +689,20 @@ def read_repository(repository: str | os.PathLike[str], names: Sequence[str] = (
     for name in chosen:
         model_dir = repository / name
         config = parse_config(model_dir / CONFIG_NAME)
-        versions = [int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit() and int(p.name) > 0]
-        if not versions:
+        available = model_versions(model_dir)
+        if not available:
             raise _usage(f"model {name} in {repository} has no version folder (e.g. {model_dir / '1'})")
-        bundle = model_dir / str(max(versions))  # Triton's default policy serves the latest
-        layout = read_layout(bundle)
-        models.append(ServedModel(name, config, max(versions), bundle, read_package_spec(layout.package)))
+        policy = VersionPolicy.of_config(config)
+        served = policy.served(available)
+        if not served:
+            raise _usage(
+                f"model {name} in {repository}: its version_policy ({policy}) serves none of the versions there "
+                f"({', '.join(map(str, available))}); publish one of them or change the policy"
+            )
+        newest = served[-1]
+        for version in served:  # every served version must be a readable bundle
+            layout = read_layout(model_dir / str(version))
+            spec = read_package_spec(layout.package)
+            if version == newest:
+                models.append(ServedModel(name, config, newest, model_dir / str(newest), spec, served, policy))
     return models
