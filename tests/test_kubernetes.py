@@ -164,7 +164,8 @@ def test_deployment_serves_the_repository_read_only_with_probes_and_a_surge_roll
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == "registry.example/triton-aoti:1"
-    assert container["args"] == ["tritonserver", "--model-repository=/models", "--model-control-mode=poll",
+    assert container["args"] == ["tritonserver", "--model-repository=/models",
+                                 "--backend-directory=/opt/aoti-deploy/backends", "--model-control-mode=poll",
                                  "--repository-poll-secs=15"]
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"http": 8000, "grpc": 8001, "metrics": 8002}
     assert container["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}

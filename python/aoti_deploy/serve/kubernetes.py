@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 
 # NVIDIA's Triton image of the server the triton extra ships (tritonserver 2.51 is the
 # 24.10 release). It holds no aoti backend: build an image FROM it with this project's
-# `cmake --install` tree in /opt/tritonserver (docs/kubernetes.md).
+# `cmake --install` tree copied to INSTALL_PREFIX (docs/kubernetes.md).
 DEFAULT_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"
+INSTALL_PREFIX = "/opt/aoti-deploy"  # backends/aoti/libtriton_aoti.so, lib/libtorch_cpu.so, ...
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002
 MODELS_MOUNT = "/models"
 KEY_MOUNT = "/etc/aoti-deploy/trusted-key"
@@ -267,7 +268,8 @@ def kubernetes_manifests(written: RepositoryModel, budget: CpuBudget,
         notes.append(f"trusted key: {key} as ConfigMap {config_map['metadata']['name']} (a public key: "
                      "not secret, but whoever may edit it decides what the pods load), mounted at "
                      f"{KEY_MOUNT}; every model in the repository must be signed by it")
-    poll = ["--model-control-mode=poll", f"--repository-poll-secs={POLL_SECONDS}"]
+    server_args = [f"--backend-directory={INSTALL_PREFIX}/backends", "--model-control-mode=poll",
+                   f"--repository-poll-secs={POLL_SECONDS}"]
 
     if settings.storage_uri is None or not settings.kserve:
         objects["persistentvolumeclaim.yaml"] = _claim(claim, written.repository, labels)
@@ -278,7 +280,7 @@ def kubernetes_manifests(written: RepositoryModel, budget: CpuBudget,
             "storageUri": settings.storage_uri or f"pvc://{claim}",
             "image": settings.image,
             # KServe appends these to its runtime's tritonserver arguments.
-            "args": [*poll, *key_arg],
+            "args": [*server_args, *key_arg],
             "resources": resources,
             "readinessProbe": _probe("/v2/health/ready", KSERVE_HTTP_PORT, 5, 3),
             "livenessProbe": _probe("/v2/health/live", KSERVE_HTTP_PORT, 10, 3),
@@ -303,7 +305,7 @@ def kubernetes_manifests(written: RepositoryModel, budget: CpuBudget,
         container = {
             "name": "tritonserver",
             "image": settings.image,
-            "args": ["tritonserver", f"--model-repository={MODELS_MOUNT}", *poll, *key_arg],
+            "args": ["tritonserver", f"--model-repository={MODELS_MOUNT}", *server_args, *key_arg],
             "ports": [{"name": "http", "containerPort": HTTP_PORT}, {"name": "grpc", "containerPort": GRPC_PORT},
                       {"name": "metrics", "containerPort": METRICS_PORT}],
             # Out of the Service's endpoints until every model has loaded; restarted when
