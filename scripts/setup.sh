@@ -8,8 +8,8 @@
 # BUILD_DIR (build), PYTHON (python3, used to create the venv), EXTRAS (the
 # package's optional extras to install, default test,build,bench,sign,triton: sign is
 # model-signing, for signed bundles; triton is pytriton's tritonserver and
-# tritonclient, for serving; add onnx for the ONNX target, hf for transformers, docs
-# for the docs site).
+# tritonclient, for serving; add onnx for the ONNX target, hf for transformers, k8s
+# for Kubernetes manifests, docs for the docs site).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

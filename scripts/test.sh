@@ -9,15 +9,17 @@ abs_path() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 VENV="$(abs_path "${VENV:-$ROOT/.venv}")"
 export AOTI_DEPLOY_BUILD_DIR="$(abs_path "${BUILD_DIR:-$ROOT/build}")"
 # The suite covers the ONNX target, signed bundles and the transformers models of
-# examples/hf_models.py too: install their extras, and
+# examples/hf_models.py and the Kubernetes manifests too: install their extras, and
 # make a missing ONNX extra fail the ONNX tests rather than skip them. The docs extra
 # (mkdocs) is for CI's `mkdocs build --strict` after the suite.
-export EXTRAS="${EXTRAS:-test,build,bench,sign,onnx,triton,hf,docs}"
+export EXTRAS="${EXTRAS:-test,build,bench,sign,onnx,triton,hf,k8s,docs}"
 export AOTI_DEPLOY_REQUIRE_ONNX="${AOTI_DEPLOY_REQUIRE_ONNX:-1}"
 # The same for the transformers models: a missing hf extra fails the zoo tests.
 export AOTI_DEPLOY_REQUIRE_HF="${AOTI_DEPLOY_REQUIRE_HF:-1}"
 # The same for the serving tests: a missing triton extra or backend fails them.
 export AOTI_DEPLOY_REQUIRE_TRITON="${AOTI_DEPLOY_REQUIRE_TRITON:-1}"
+# The same for the manifests' schema checks: a missing k8s extra fails them.
+export AOTI_DEPLOY_REQUIRE_K8S="${AOTI_DEPLOY_REQUIRE_K8S:-1}"
 "$ROOT/scripts/setup.sh"
 
 printf '\n==> running the test suite\n'

@@ -39,12 +39,14 @@ _LAZY = {
     "BenchRow": ".api",
     "Tolerance": ".package.spec",
     "PackageSpec": ".package.spec",
+    "KubernetesSettings": ".serve.kubernetes",
 }
 
 if TYPE_CHECKING:
     from .api import BenchmarkResult, BenchRow, Dim, OutputCheck, Package, Report, export, load
     from .ops import identity_conv, load_op_library
     from .package.spec import PackageSpec, Tolerance
+    from .serve.kubernetes import KubernetesSettings
 
 
 _SUBPACKAGES = ("api", "bench", "cli", "compiler", "models", "ops", "package", "runtime", "verify", "errors", "locate")
@@ -58,6 +60,7 @@ __all__ = [
     "BenchRow",
     "BenchmarkResult",
     "Dim",
+    "KubernetesSettings",
     "OutputCheck",
     "Package",
     "PackageSpec",

@@ -20,6 +20,7 @@ from torch import nn
 from .bench.package_bench import BenchmarkResult, BenchRow
 from .errors import AotiDeployError, InputError, PackageError, VerificationError
 from .package.spec import BITWISE, CLOSE, ULP, PackageSpec, Tolerance
+from .serve.kubernetes import KubernetesSettings
 
 __all__ = ["BenchRow", "BenchmarkResult", "Dim", "OutputCheck", "Package", "Report", "export", "load"]
 
@@ -434,15 +435,29 @@ class Package:
 
         return write_bundle(self.path, list(op_libraries) or self._libraries, directory, sign_key)
 
-    def to_triton(self, repository: str | os.PathLike[str], name: str | None = None, **config: Any) -> Path:
+    def to_triton(self, repository: str | os.PathLike[str], name: str | None = None, *,
+                  kubernetes: str | os.PathLike[str] | None = None,
+                  kubernetes_settings: KubernetesSettings | None = None, **config: Any) -> Path:
         """Write the package into a Triton model repository as ``name`` (default: the
         package's file name); ``config`` takes write_repository's options (version,
         instances, dynamic_batching, max_queue_delay_us, sign_key, trusted_key,
-        op_libraries, intra_op_threads). Returns the model's folder."""
+        op_libraries, intra_op_threads). With ``kubernetes``, also write Kubernetes
+        manifests for the repository into that folder (``kubernetes_settings``: image,
+        replicas, CPU limit, claim, KServe; see docs/kubernetes.md); a bad setting is
+        refused before anything is written. Returns the model's folder."""
+        from .serve.kubernetes import kubernetes_budget, kubernetes_manifests, write_manifests
         from .serve.triton_repository import default_model_name, write_repository
 
+        name = name or default_model_name(self.path)
+        settings = kubernetes_settings or KubernetesSettings()
+        budget = None
+        if kubernetes is not None:
+            budget = kubernetes_budget(repository, name, instances=config.get("instances", 1),
+                                       intra_op_threads=config.get("intra_op_threads"), settings=settings)
         config.setdefault("op_libraries", self._libraries)
-        written = write_repository(self.path, repository, name=name or default_model_name(self.path), **config)
+        written = write_repository(self.path, repository, name=name, **config)
+        if kubernetes is not None and budget is not None:
+            write_manifests(kubernetes_manifests(written, budget, settings), kubernetes)
         return written.config_path.parent
 
     def benchmark(

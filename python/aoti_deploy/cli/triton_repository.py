@@ -14,6 +14,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..errors import AotiDeployError
+from ..serve.kubernetes import DEFAULT_IMAGE, DEFAULT_MEMORY
 from .common import console, exit_with
 
 app = typer.Typer(add_completion=False, rich_markup_mode="rich")
@@ -62,6 +64,13 @@ def _serve_command(repository: Path) -> str:
         "Signed, and verified by the backend before it loads (see aoti-deploy bundle --help for the keys):\n\n"
         "  aoti-deploy triton-repository artifacts/model.pt2 --repository repo --sign-key key.pem "
         "--trusted-key key.pub\n\n"
+        "With --kubernetes DIR it also writes Kubernetes manifests for the repository into DIR: a Deployment of "
+        "tritonserver pods (--replicas, --image: one that holds the aoti backend) with the repository's "
+        "PersistentVolumeClaim (--claim) mounted read-only at /models, a ClusterIP Service, and a CPU request = "
+        "limit that agrees with the backend's intra-op threads: (CPU limit - 1) / model instances, at least 1 "
+        "(--cpu-limit, else instances x threads + 1); --kserve writes a KServe InferenceService instead of the "
+        "Deployment and Service (see docs/kubernetes.md):\n\n"
+        "  aoti-deploy triton-repository artifacts/model.pt2 --repository models --instances 2 --kubernetes k8s\n\n"
         "Exit codes: 0 written, 2 usage, package, library, key or signing error (nothing is written then)."
     )
 )
@@ -139,14 +148,50 @@ def triton_repository(
             show_default=False,
         ),
     ] = None,
+    kubernetes: Annotated[
+        Optional[Path],
+        typer.Option(help="Also write Kubernetes manifests for the repository into this folder.", show_default=False),
+    ] = None,
+    image: Annotated[
+        str, typer.Option(help="--kubernetes: the tritonserver image; it must hold the aoti backend and libtorch.")
+    ] = DEFAULT_IMAGE,
+    replicas: Annotated[int, typer.Option(min=1, help="--kubernetes: tritonserver pods.")] = 2,
+    cpu_limit: Annotated[
+        Optional[int],
+        typer.Option(min=1, help="--kubernetes: whole CPUs per pod (request = limit); the backend's threads follow "
+                     "it. Default: instances x intra-op threads + 1.", show_default=False),
+    ] = None,
+    memory: Annotated[str, typer.Option(help="--kubernetes: memory per pod (request = limit).")] = DEFAULT_MEMORY,
+    claim: Annotated[
+        Optional[str],
+        typer.Option(help="--kubernetes: the PersistentVolumeClaim that holds the repository. "
+                     "Default: triton-NAME-models.", show_default=False),
+    ] = None,
+    kserve: Annotated[
+        bool, typer.Option("--kserve", help="--kubernetes: a KServe InferenceService instead of the Deployment and Service.")
+    ] = False,
+    storage_uri: Annotated[
+        Optional[str],
+        typer.Option(help="--kserve: the repository's storageUri. Default: pvc://CLAIM.", show_default=False),
+    ] = None,
 ) -> None:
     try:
+        from ..serve.kubernetes import KubernetesSettings, kubernetes_budget, kubernetes_manifests, write_manifests
         from ..serve.triton_repository import default_model_name, write_repository
 
+        model_name = name if name is not None else default_model_name(package)
+        settings = KubernetesSettings(image=image, replicas=replicas, memory=memory, claim=claim, kserve=kserve,
+                                      storage_uri=storage_uri, cpu_limit=cpu_limit)
+        if kubernetes is None and settings != KubernetesSettings():
+            raise AotiDeployError("--image, --replicas, --cpu-limit, --memory, --claim, --kserve and --storage-uri "
+                                  "are for the manifests: pass --kubernetes DIR", kind="usage")
+        # Checked before the repository is written, so a bad option writes nothing.
+        budget = kubernetes_budget(repository, model_name, instances=instances, intra_op_threads=intra_op_threads,
+                                   settings=settings) if kubernetes is not None else None
         written = write_repository(
             package,
             repository,
-            name=name if name is not None else default_model_name(package),
+            name=model_name,
             version=version,
             keep_versions=keep_versions,
             version_policy=version_policy,
@@ -158,6 +203,8 @@ def triton_repository(
             intra_op_threads=intra_op_threads,
             trusted_key=trusted_key,
         )
+        manifests = kubernetes_manifests(written, budget, settings) if budget is not None else None
+        manifest_paths = write_manifests(manifests, kubernetes) if manifests is not None else []
     except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)
 
@@ -190,6 +237,11 @@ def triton_repository(
     console.print(f"wrote {written.bundle}/ ({', '.join(written.files)})")
     for warning in written.warnings:
         console.print(Text.assemble(("warning: ", "bold yellow"), warning))
+    if manifests is not None:
+        console.print(f"wrote {', '.join(str(path) for path in manifest_paths)}")
+        for note in manifests.notes:
+            console.print(f"  {note}")
+        console.print(f"apply them: kubectl apply -f {shlex.quote(str(kubernetes))}")
     console.print("serve it:")
     console.print(f"  {_serve_command(written.repository)}")
     console.print("or start it and check every output bit for bit:")
