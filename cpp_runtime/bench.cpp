@@ -289,7 +289,7 @@ BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>
   const int cores = usable_cpus();
   result.rss_start_kib = resident_set_kib();
 
-  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+  PackageLoader loader;
   std::vector<at::Tensor> reference;
   // One loader, one runner per serving thread: run() lends each call a free runner.
   loader = load_package(path, static_cast<size_t>(options.threads));

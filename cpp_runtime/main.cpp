@@ -408,7 +408,7 @@ int inspect(const Options& options) {
     model = open_model(options.package, trust_policy(options.trusted_key, false));
     std::cout << model->status << "\n";
     spec = model->spec;
-    layout = read_bundle_layout(model->copy->dir());
+    layout = read_bundle_layout(options.package);
   } else if (std::filesystem::is_directory(options.package, ec)) {
     layout = read_bundle_layout(options.package);
     spec = read_package_spec(options.package + "/" + kBundlePackage);
@@ -421,7 +421,7 @@ int inspect(const Options& options) {
   }
   if (layout) {
     for (const auto& [name, value] :
-         describe_bundle(*layout, options.package, model ? options.trusted_key : std::string())) {
+         describe_bundle(*layout, options.package, model ? &*model : nullptr, options.trusted_key)) {
       std::cout << name << ": " << value << "\n";
     }
   }
@@ -457,10 +457,10 @@ int run(const Options& options) {
     std::cout << model.status << std::endl;  // flushed: what a watcher sees before loading starts
   }
   const auto& spec = model.spec;
-  const auto& libraries = model.is_bundle ? model.op_libraries : options.libraries;
+  const auto libraries = model.is_bundle ? model.op_libraries : op_library_files(options.libraries);
   prepare_package(spec, libraries);
   for (const auto& lib : libraries) {
-    std::cout << "loaded op library " << lib << "\n";
+    std::cout << "loaded op library " << lib.shown << "\n";
   }
 
   std::vector<at::Tensor> inputs;
@@ -507,7 +507,7 @@ int run(const Options& options) {
     }
     outputs = result.reference_outputs;
   } else {
-    outputs = run_package(model.package, ready);
+    outputs = run_package(model.package, ready, model.package_shown);
   }
   std::cout << "ran " << options.package << ": " << outputs.size() << " output(s)\n";
   if (!options.outputs.empty()) {

@@ -48,7 +48,7 @@ def system_sonames() -> list[str]:
 SYSTEM_LIBRARY = re.compile("|".join(f"(?:{soname})" for soname in system_sonames()))
 SYSTEM_DIRS = (Path("/lib"), Path("/lib64"), Path("/usr/lib"), Path("/usr/lib64"))
 # The empty environment the installed runner runs in: no LD_LIBRARY_PATH, no TMPDIR (so
-# AOTI extracts a package under /tmp), nothing from the venv.
+# the runner unpacks a package under /tmp), nothing from the venv.
 EMPTY_ENV = {"PATH": "/usr/bin:/bin"}
 # What the installed runner must do without: the venv (torch and its libraries, the CUDA
 # wheels) and the build tree.
@@ -165,18 +165,18 @@ def is_elf(path: Path) -> bool:
 
 
 def loaded_objects(output: str) -> list[Path]:
-    """--list-loaded-objects lines; a file deleted since it was mapped (AOTI removes its
-    extracted model library) carries a " (deleted)" suffix."""
+    """--list-loaded-objects lines; a file deleted since it was mapped (the runner removes
+    its unpacked model library once the loader is built) carries a " (deleted)" suffix."""
     return [Path(line.removeprefix("loaded object: ").removesuffix(" (deleted)"))
             for line in output.splitlines() if line.startswith("loaded object: ")]
 
 
 def check_mapped(output: str, installed: Installed, package: Path, op_libraries: set[str]) -> None:
     """Everything the runner mapped comes from DIR, from the system's base set, or is the
-    package's own model library as AOTI extracted it (<tmp>/aotinductor_*/<archive entry>)."""
+    package's own model library as the runner unpacked it (<tmp>/aoti_deploy_unpacked_*/<archive entry>)."""
     loaded = loaded_objects(output)
     entries = [name for name in zipfile.ZipFile(package).namelist() if name.endswith(".so")]
-    model_library = re.compile(rf"{re.escape(str(CHILD_TMP))}/aotinductor_[^/]+/({'|'.join(map(re.escape, entries))})")
+    model_library = re.compile(rf"{re.escape(str(CHILD_TMP))}/aoti_deploy_unpacked_[^/]+/({'|'.join(map(re.escape, entries))})")
     model_libraries = [p for p in loaded if model_library.fullmatch(str(p))]
     assert model_libraries, loaded
     from_dir = {p.name for p in loaded if p.is_relative_to(installed.dir)}

@@ -10,8 +10,10 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -343,40 +345,100 @@ def test_an_unusable_trusted_key_is_refused(runtime: str, key: str, words: str, 
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
-def test_what_runs_is_the_verified_private_copy(runtime: str, build: Build, signed: Signed, keys: Keys,
-                                                tmp_path: Path) -> None:
+def test_what_runs_is_the_verified_copy(runtime: str, build: Build, signed: Signed, keys: Keys,
+                                        tmp_path: Path) -> None:
     """Check-then-load: the moment verification is reported (before anything loads),
-    the original bundle's files are renamed over by the attacker's, prepared in
-    advance; the run still passes on the verified bytes, loads its libraries from the
-    private copy, runs none of the attacker's code, and removes the copy when it exits."""
+    the original bundle's files are renamed over by the attacker's, prepared in advance,
+    and the new files are then rewritten in place with the attacker's bytes too; the run
+    still passes on the verified bytes, loads its libraries from its own copy (C++: the
+    sealed memory, Python: the private folder), runs none of the attacker's code, and
+    leaves no copy behind when it exits."""
     bundle = copy_bundle(signed.bundle, tmp_path / "bundle")
     marker = tmp_path / "marker"
     evil = copy_bundle(signed.bundle, tmp_path / "evil")
     shutil.copy(signed.marker_library, evil / "libidentity_conv_ops.so")
     _replace_zip_entry(evil / "model.pt2", ".wrapper.so", lambda _: signed.marker_library.read_bytes())
+    temp = tmp_path / "tmpdir"
+    temp.mkdir()
     command = (
         [str(build.runner), str(bundle), "--list-loaded-objects"]
         if runtime == "cpp"
         else [str(Path(sys.executable).parent / "run_inference"), str(bundle)]
     )
     env = {**os.environ, "MARKER_PATH": str(marker), "PYTHONUNBUFFERED": "1", TRUSTED_KEY_ENV: str(keys.public("signing")),
-           "AOTI_DEPLOY_BUILD_DIR": str(build.dir)}
+           "AOTI_DEPLOY_BUILD_DIR": str(build.dir), "TMPDIR": str(temp)}
     process = subprocess.Popen(command + ["--inputs", str(signed.input_file)], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     first_line = process.stdout.readline()
     assert first_line.startswith("signature: verified"), first_line + process.communicate()[1]
-    copy_dir = first_line.rsplit("running the private copy ", 1)[1].strip()
     for name in ("libidentity_conv_ops.so", "model.pt2"):  # two renames: microseconds
         os.replace(evil / name, bundle / name)
+    for name in ("libidentity_conv_ops.so", "model.pt2"):  # and the same files changed in place
+        with open(bundle / name, "r+b") as file:
+            file.write(file.read())
     rest, errors = process.communicate(timeout=300)
     output = first_line + rest
     assert process.returncode == 0, output + errors
     assert "PASSED" in output
-    assert f"loaded op library {copy_dir}/libidentity_conv_ops.so" in output
     if runtime == "cpp":
-        assert f"loaded object: {copy_dir}/libidentity_conv_ops.so" in output
+        assert first_line.rstrip().endswith("running the sealed copy in memory (each file read once; nothing on disk)")
+        assert f"loaded op library {bundle}/libidentity_conv_ops.so (verified, sealed in memory)" in output
+        assert "loaded object: /memfd:libidentity_conv_ops.so (deleted)" in output
+        assert f"loaded object: {bundle}/libidentity_conv_ops.so" not in output
+    else:
+        copy_dir = first_line.rsplit("running the private copy ", 1)[1].strip()
+        assert f"loaded op library {copy_dir}/libidentity_conv_ops.so" in output
+        assert not Path(copy_dir).exists()
     assert not marker.exists()
-    assert not Path(copy_dir).exists()
+    assert not any(temp.iterdir())
+
+
+def _wait_for_mapping(pid: int, needle: str, process: subprocess.Popen, timeout_s: float = 120) -> list[str]:
+    """/proc/PID/maps once a line of it holds ``needle``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
+        if any(needle in line for line in lines):
+            return lines
+        time.sleep(0.05)
+    raise AssertionError(f"{needle} never mapped into the runner")
+
+
+@pytest.mark.parametrize("kind", ["verified bundle", "bare package"])
+def test_a_killed_runner_leaves_nothing_in_its_temp_folder(kind: str, build: Build, signed: Signed, keys: Keys,
+                                                          compiled_package: CompiledPackage, tmp_path: Path) -> None:
+    """A runner SIGKILLed while it runs (here: in a long benchmark) runs no clean-up, so
+    whatever it had on disk would stay: once the package is loaded it has nothing there.
+    Its maps show the verified op library mapped from sealed memory, not from a file."""
+    temp = tmp_path / "tmpdir"
+    temp.mkdir()
+    if kind == "verified bundle":
+        command = [build.runner, signed.bundle, "--trusted-key", keys.public("signing")]
+    else:
+        command = [build.runner, compiled_package.path, build.op_library]
+    process = subprocess.Popen([*map(str, command), "--inputs", str(signed.input_file), "--bench", "100000000"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "TMPDIR": str(temp)})
+    try:
+        _wait_for_mapping(process.pid, "wrapper.so", process)
+        time.sleep(1.0)  # the loader's constructor returns (the demo model loads in milliseconds)
+        maps = Path(f"/proc/{process.pid}/maps").read_text().splitlines()
+        left = sorted(str(p.relative_to(temp)) for p in temp.rglob("*"))
+        process.kill()
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == -signal.SIGKILL
+    assert left == [] and not any(temp.iterdir()), left
+    libraries = [line for line in maps if "libidentity_conv_ops.so" in line]
+    assert libraries
+    if kind == "verified bundle":
+        assert all("/memfd:libidentity_conv_ops.so" in line for line in libraries), libraries
+    # The model library was loaded from the unpacked folder, which is gone.
+    assert any("wrapper.so (deleted)" in line and str(temp) in line for line in maps), maps
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)

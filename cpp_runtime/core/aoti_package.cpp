@@ -6,6 +6,8 @@
 #include "preflight.h"
 #include "torch_lock.h"
 
+#include <torch/version.h>
+
 #include <algorithm>
 #include <fstream>
 #include <map>
@@ -13,9 +15,17 @@
 #include <tuple>
 #include <vector>
 
+// torch 2.13 and later build a loader from an unpacked package folder (and leave the
+// folder to its owner); older ones only from a .pt2, which they extract themselves.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13)
+#define AOTI_DEPLOY_LOADER_READS_FOLDERS 1
+#else
+#define AOTI_DEPLOY_LOADER_READS_FOLDERS 0
+#endif
+
 namespace aoti_runner {
 
-void prepare_package(const PackageSpec& spec, const std::vector<std::string>& op_libraries) {
+void prepare_package(const PackageSpec& spec, const std::vector<OpLibraryFile>& op_libraries) {
   // Everything the spec alone can refuse is refused before any op library loads.
   const auto host = this_host();
   check_runs_here(spec, host);
@@ -23,34 +33,61 @@ void prepare_package(const PackageSpec& spec, const std::vector<std::string>& op
   check_required_symbols(spec, host);
 }
 
-std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_package(const std::string& path, size_t num_runners,
-                                                                     int device_index) {
+void PackageLoaderDeleter::operator()(torch::inductor::AOTIModelPackageLoader* loader) {
+  delete loader;
+  kept.reset();  // the folder goes after the loader that reads it
+}
+
+PackageLoader load_package(const std::string& path, size_t num_runners, int device_index, const std::string& shown) {
+  const auto& name = shown.empty() ? path : shown;
   if (num_runners < 1) {
     throw RunnerError("a package loader needs at least 1 runner, got 0.");
   }
   try {
+#if AOTI_DEPLOY_LOADER_READS_FOLDERS
+    auto unpacked = std::make_shared<UnpackedPackage>(path, name);
     const auto lock = lock_torch_globals();
-    return std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-        path, "model", /*run_single_threaded=*/false, num_runners, static_cast<c10::DeviceIndex>(device_index));
+    PackageLoader loader(new torch::inductor::AOTIModelPackageLoader(unpacked->dir(), "model",
+                                                                     /*run_single_threaded=*/false, num_runners,
+                                                                     static_cast<c10::DeviceIndex>(device_index)));
+    // A CPU package's loader has dlopen'ed its model library, read its constants (from
+    // the library, or a weights blob) and its torchbind objects by now, and reads no
+    // file again: the folder goes now. A CUDA package's runner may load its kernels'
+    // cubins from the folder on first use, so that folder stays until the loader goes.
+    if (loader->get_metadata()["AOTI_DEVICE_KEY"] == "cpu") {
+      unpacked->remove();
+    } else {
+      loader.get_deleter().kept = std::move(unpacked);
+    }
+    return loader;
+#else
+    // A torch whose loader cannot read an unpacked folder extracts the package itself,
+    // into a temp folder it removes when the loader is destroyed.
+    const auto lock = lock_torch_globals();
+    return PackageLoader(new torch::inductor::AOTIModelPackageLoader(
+        path, "model", /*run_single_threaded=*/false, num_runners, static_cast<c10::DeviceIndex>(device_index)));
+#endif
+  } catch (const RunnerError&) {
+    throw;
   } catch (const std::exception& e) {
-    rethrow_with_context("could not load the AOTI package " + path, e, "");
+    rethrow_with_context("could not load the AOTI package " + name, e, "");
   }
 }
 
-std::vector<at::Tensor> run_package(const std::string& path,
-                                    const std::vector<at::Tensor>& inputs) {
-  auto loader = load_package(path);
+std::vector<at::Tensor> run_package(const std::string& path, const std::vector<at::Tensor>& inputs,
+                                    const std::string& shown) {
+  auto loader = load_package(path, 1, -1, shown);
   try {
     return loader->run(inputs);
   } catch (const std::exception& e) {
-    rethrow_with_context("running the AOTI package " + path + " failed", e, "");
+    rethrow_with_context("running the AOTI package " + (shown.empty() ? path : shown) + " failed", e, "");
   }
 }
 
 // --- the loader pool ------------------------------------------------------------
 
 struct LoaderLease::Slot {
-  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+  PackageLoader loader;
   bool lent = false;
   bool reused = false;
   uint64_t freed = 0;  // when it was last given back (the pool's clock)
@@ -151,8 +188,10 @@ bool LoaderLease::reused() const {
   return slot_ && slot_->reused;
 }
 
-LoaderLease lease_package_loader(const std::string& path, size_t num_runners, int device_index) {
-  const PoolKey key{sha256_file(path, "the AOTI package"), num_runners, device_index};
+LoaderLease lease_package_loader(const std::string& path, size_t num_runners, int device_index,
+                                 const std::string& sha256_hex, const std::string& shown) {
+  const PoolKey key{sha256_hex.empty() ? to_hex(sha256_file(path, "the AOTI package")) : sha256_hex, num_runners,
+                    device_index};
   auto& shared = pool();
   {
     std::lock_guard<std::mutex> lock(shared.mutex);
@@ -166,7 +205,7 @@ LoaderLease lease_package_loader(const std::string& path, size_t num_runners, in
   }
   // None free (never built, or every one lent to a model still loaded): a new one.
   auto slot = std::make_shared<LoaderLease::Slot>();
-  slot->loader = load_package(path, num_runners, device_index);
+  slot->loader = load_package(path, num_runners, device_index, shown);
   slot->lent = true;
   {
     std::lock_guard<std::mutex> lock(shared.mutex);

@@ -3,7 +3,9 @@
 // Pairs with python/aoti_deploy/runtime/aoti.py.
 #pragma once
 
+#include "op_libraries.h"
 #include "package_spec.h"
+#include "unpacked_package.h"
 
 #include <ATen/Tensor.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
@@ -19,18 +21,32 @@ namespace aoti_runner {
 // preflight (torch, device, machine, CPU flags, Python-only ops), then the op libraries
 // in order, then the ops and classes the package calls. Throws the preflight's and the
 // loader's RunnerErrors; nothing of the package itself has run when it throws.
-void prepare_package(const PackageSpec& spec, const std::vector<std::string>& op_libraries);
+void prepare_package(const PackageSpec& spec, const std::vector<OpLibraryFile>& op_libraries);
+
+// Destroys a loader, then the unpacked folder it may still read from (a CUDA package's
+// kernels can be loaded on first use), if it kept one.
+struct PackageLoaderDeleter {
+  std::shared_ptr<UnpackedPackage> kept;
+  void operator()(torch::inductor::AOTIModelPackageLoader* loader);
+};
+using PackageLoader = std::unique_ptr<torch::inductor::AOTIModelPackageLoader, PackageLoaderDeleter>;
 
 // One loader for a package whose preflight passed, with `num_runners` runners (the
 // threads that may call run() at once; run() is thread-safe across them), on the given
-// device index (-1: the package's). Built under lock_torch_globals(). Throws a
+// device index (-1: the package's). `path` is the .pt2: a file, or /proc/self/fd/N of a
+// verified bundle's sealed copy; `shown` names it in messages (default: `path`).
+// The package is unpacked into a private folder (UnpackedPackage) and the loader built
+// from that folder; for a CPU package the folder is removed as soon as the loader is
+// built (its model library is mapped and its constants loaded by then), so a loaded
+// package leaves no file behind, even if the process is killed. A CUDA package keeps its
+// folder until the loader is destroyed. Built under lock_torch_globals(). Throws a
 // RunnerError with the loader's first line.
-std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_package(const std::string& path,
-                                                                     size_t num_runners = 1,
-                                                                     int device_index = -1);
+PackageLoader load_package(const std::string& path, size_t num_runners = 1, int device_index = -1,
+                           const std::string& shown = "");
 
 // Loads the package and runs it once on validated inputs.
-std::vector<at::Tensor> run_package(const std::string& path, const std::vector<at::Tensor>& inputs);
+std::vector<at::Tensor> run_package(const std::string& path, const std::vector<at::Tensor>& inputs,
+                                    const std::string& shown = "");
 
 // A loader lent from the process-wide pool, for a server that loads and unloads models.
 // glibc never unloads a package's model library (it has STB_GNU_UNIQUE symbols), so a
@@ -59,7 +75,10 @@ class LoaderLease {
   std::shared_ptr<Slot> slot_;
 };
 
-LoaderLease lease_package_loader(const std::string& path, size_t num_runners, int device_index = -1);
+// `sha256_hex` is the package's digest when already known (a verified bundle's, hashed
+// as it was sealed); empty: the package file is hashed here.
+LoaderLease lease_package_loader(const std::string& path, size_t num_runners, int device_index = -1,
+                                 const std::string& sha256_hex = "", const std::string& shown = "");
 
 // How many loaders the pool holds, and how many of them are lent out.
 struct LoaderPoolSize {

@@ -34,58 +34,12 @@ std::string join(const std::vector<std::string>& items) {
   return out.empty() ? "none" : out;
 }
 
-// Closes a file descriptor on scope exit.
-struct Descriptor {
-  int fd = -1;
-  ~Descriptor() {
-    if (fd >= 0) close(fd);
-  }
-};
-
-[[noreturn]] void io_failed(const std::string& what, const std::string& path) {
-  throw RunnerError("could not " + what + " " + path + ": " + std::strerror(errno));
-}
-
 std::string format_megabytes(uint64_t bytes) {
   std::ostringstream text;
   text.setf(std::ios::fixed);
   text.precision(1);
   text << static_cast<double>(bytes) / 1e6 << " MB";
   return text.str();
-}
-
-// The SHA-256 of the regular file `source`, copied to `copy_to` (a new file) on the
-// way when that is not empty, so the digest is of the very bytes written.
-std::string hash_regular_file(const std::string& source, const std::string& copy_to, uint64_t& bytes) {
-  // O_NOFOLLOW + O_NONBLOCK + fstat: what is read is a regular file, even if the name
-  // was swapped for a link or a FIFO after the layout was checked.
-  Descriptor in{open(source.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)};
-  struct stat info {};
-  if (in.fd < 0 || fstat(in.fd, &info) != 0) io_failed("open", source);
-  if (!S_ISREG(info.st_mode)) {
-    throw RunnerError(source + ": not a regular file (a symlink, directory or other); a bundle holds "
-                               "only regular files",
-                      "bundle_layout");
-  }
-  Descriptor out;
-  if (!copy_to.empty()) {
-    out.fd = open(copy_to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0700);
-    if (out.fd < 0) io_failed("create", copy_to);
-  }
-  Sha256 hasher;
-  std::vector<char> buffer(1 << 20);
-  ssize_t got = 0;
-  while ((got = read(in.fd, buffer.data(), buffer.size())) > 0) {
-    hasher.update(buffer.data(), static_cast<size_t>(got));
-    for (ssize_t done = 0; out.fd >= 0 && done < got;) {
-      const auto wrote = write(out.fd, buffer.data() + done, static_cast<size_t>(got - done));
-      if (wrote < 0) io_failed("write", copy_to);
-      done += wrote;
-    }
-    bytes += static_cast<uint64_t>(got);
-  }
-  if (got < 0) io_failed("read", source);
-  return to_hex(hasher.finish());
 }
 
 }  // namespace
@@ -131,13 +85,11 @@ BundleLayout read_bundle_layout(const std::string& dir) {
   return layout;
 }
 
-std::vector<std::string> bundle_libraries(const PackageSpec& spec, const BundleLayout& layout,
-                                          const std::string& base) {
+std::vector<std::string> bundle_library_names(const PackageSpec& spec, const BundleLayout& layout) {
   std::vector<std::string> recorded;
   for (const auto& library : spec.op_libraries) {
     recorded.push_back(fs::path(library).filename().string());
   }
-  std::vector<std::string> paths;
   for (const auto& name : recorded) {
     if (std::find(layout.libraries.begin(), layout.libraries.end(), name) == layout.libraries.end()) {
       throw RunnerError(layout.dir + ": the package needs " + name +
@@ -145,7 +97,6 @@ std::vector<std::string> bundle_libraries(const PackageSpec& spec, const BundleL
                             "PACKAGE --output DIR --op-lib PATH/" + name,
                         "bundle_layout");
     }
-    paths.push_back((fs::path(base) / name).string());
   }
   for (const auto& name : layout.libraries) {
     if (std::find(recorded.begin(), recorded.end(), name) == recorded.end()) {
@@ -155,7 +106,7 @@ std::vector<std::string> bundle_libraries(const PackageSpec& spec, const BundleL
                         "bundle_layout");
     }
   }
-  return paths;
+  return recorded;
 }
 
 TrustPolicy trust_policy(const std::string& flag_key, bool require_signature) {
@@ -171,28 +122,28 @@ TrustPolicy trust_policy(const std::string& flag_key, bool require_signature) {
   return policy;
 }
 
-PrivateCopy::PrivateCopy(const BundleLayout& layout) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = (tmp != nullptr && *tmp != '\0' ? std::string(tmp) : std::string("/tmp"));
-  pattern.append("/aoti_deploy_bundle_XXXXXX");
-  if (mkdtemp(pattern.data()) == nullptr) {  // mode 0700
-    io_failed("create", pattern);
-  }
-  dir_ = pattern;
-  try {
-    for (const auto& name : layout.files) {
-      digests_[name] = hash_regular_file(layout.dir + "/" + name, dir_ + "/" + name, bytes_);
-    }
-  } catch (...) {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-    throw;
+SealedBundle::SealedBundle(const BundleLayout& layout) {
+  for (const auto& name : layout.files) {
+    auto file = SealedFile::copy_of(layout.dir + "/" + name, name);
+    bytes_ += file.size();
+    files_.emplace(name, std::move(file));
   }
 }
 
-PrivateCopy::~PrivateCopy() {
-  std::error_code ec;
-  fs::remove_all(dir_, ec);
+const SealedFile& SealedBundle::file(const std::string& name) const {
+  const auto it = files_.find(name);
+  if (it == files_.end()) {
+    throw RunnerError("internal error: the sealed bundle has no " + name);
+  }
+  return it->second;
+}
+
+std::map<std::string, std::string> SealedBundle::digests() const {
+  std::map<std::string, std::string> digests;
+  for (const auto& [name, file] : files_) {
+    digests.emplace(name, file.sha256_hex());
+  }
+  return digests;
 }
 
 OpenedModel open_model(const std::string& path, const TrustPolicy& policy) {
@@ -213,6 +164,7 @@ OpenedModel open_model(const std::string& path, const TrustPolicy& policy) {
       }
     }
     model.package = path;
+    model.package_shown = path;
     model.spec = read_package_spec(path);
     return model;
   }
@@ -234,8 +186,13 @@ OpenedModel open_model(const std::string& path, const TrustPolicy& policy) {
                         "no_trusted_key");
     }
     model.package = path + "/" + kBundlePackage;
+    model.package_shown = model.package;
     model.spec = read_package_spec(model.package);
-    model.op_libraries = bundle_libraries(model.spec, layout, path);
+    std::vector<std::string> paths;
+    for (const auto& name : bundle_library_names(model.spec, layout)) {
+      paths.push_back(path + "/" + name);
+    }
+    model.op_libraries = op_library_files(paths);
     if (layout.is_signed) {
       model.status = std::string("signature: not verified (no trusted key; pass --trusted-key "
                                  "PUB.pem or set ") + kTrustedKeyEnv + ")";
@@ -249,27 +206,35 @@ OpenedModel open_model(const std::string& path, const TrustPolicy& policy) {
                       "unsigned");
   }
   const auto started = std::chrono::steady_clock::now();
-  model.copy = std::make_shared<PrivateCopy>(layout);
-  const auto& copy = *model.copy;
+  model.sealed = std::make_shared<SealedBundle>(layout);
+  const auto& sealed = *model.sealed;
   const auto key = TrustedKey::load(policy.trusted_key);
-  auto manifest = verify_signature(copy.dir() + "/" + kBundleSignature, key, signature_shown);
-  auto on_disk = copy.digests();
+  auto manifest = verify_signature(sealed.file(kBundleSignature).path(), key, signature_shown);
+  auto on_disk = sealed.digests();
   on_disk.erase(kBundleSignature);
   check_signed_files(manifest, on_disk, path);
   model.verify_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   model.verified = true;
-  model.package = copy.dir() + "/" + kBundlePackage;
+  // Everything below reads the sealed bytes that were hashed, never the bundle's files.
+  const auto& package = sealed.file(kBundlePackage);
+  model.package = package.path();
+  model.package_shown = path + "/" + kBundlePackage + " (verified, sealed in memory)";
+  model.package_sha256 = package.sha256_hex();
   model.spec = read_package_spec(model.package);
-  model.op_libraries = bundle_libraries(model.spec, layout, copy.dir());
+  for (const auto& name : bundle_library_names(model.spec, layout)) {
+    const auto& library = sealed.file(name);
+    model.op_libraries.push_back(
+        {library.path(), name, path + "/" + name + " (verified, sealed in memory)", library.sha256_hex()});
+  }
   std::ostringstream status;
   status.setf(std::ios::fixed);
   status.precision(1);
   // The signed files' size, as the Python side reports it.
-  const auto signed_bytes = copy.bytes() - fs::file_size(copy.dir() + "/" + kBundleSignature, ec);
+  const auto signed_bytes = sealed.bytes() - sealed.file(kBundleSignature).size();
   status << "signature: verified " << on_disk.size() << " files (" << format_megabytes(signed_bytes)
          << ") with " << key.path() << " (key hint " << short_digest(key.hint()) << ") in "
-         << model.verify_ms << " ms; running the private copy " << copy.dir();
+         << model.verify_ms << " ms; running the sealed copy in memory (each file read once; nothing on disk)";
   model.status = status.str();
   model.signature = std::move(manifest);
   return model;
@@ -277,6 +242,7 @@ OpenedModel open_model(const std::string& path, const TrustPolicy& policy) {
 
 std::vector<std::pair<std::string, std::string>> describe_bundle(const BundleLayout& layout,
                                                                  const std::string& shown,
+                                                                 const OpenedModel* verified,
                                                                  const std::string& verified_with) {
   std::vector<std::pair<std::string, std::string>> lines;
   lines.emplace_back("bundle", shown);
@@ -285,11 +251,12 @@ std::vector<std::pair<std::string, std::string>> describe_bundle(const BundleLay
     lines.emplace_back("signature", "not signed");
   } else {
     try {
-      manifest = read_signature(layout.dir + "/" + kBundleSignature);
+      manifest = verified != nullptr && verified->signature ? *verified->signature
+                                                            : read_signature(layout.dir + "/" + kBundleSignature);
       lines.emplace_back("signature", std::string(kBundleSignature) + ", key hint " +
                                           manifest->key_hint + ", " +
                                           std::to_string(manifest->files.size()) +
-                                          (verified_with.empty()
+                                          (verified == nullptr
                                                ? std::string(" files (not verified: the runners verify "
                                                              "it with --trusted-key)")
                                                : " files, verified with " + verified_with));
@@ -301,10 +268,14 @@ std::vector<std::pair<std::string, std::string>> describe_bundle(const BundleLay
   if (manifest) {
     for (const auto& file : manifest->files) signed_files.emplace(file.name, file.sha256);
   }
+  const auto sealed = verified != nullptr && verified->sealed ? verified->sealed->digests()
+                                                              : std::map<std::string, std::string>{};
   for (const auto& name : layout.files) {
     if (name == kBundleSignature) continue;
     uint64_t bytes = 0;
-    const auto digest = hash_regular_file(layout.dir + "/" + name, "", bytes);
+    const auto it_sealed = sealed.find(name);
+    const auto digest = it_sealed != sealed.end() ? it_sealed->second
+                                                  : sha256_regular_file(layout.dir + "/" + name, bytes);
     std::string note;
     if (manifest) {
       const auto it = signed_files.find(name);

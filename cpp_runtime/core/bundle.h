@@ -1,11 +1,14 @@
 // Deploy bundles: a folder holding model.pt2, the op libraries its spec records, and
 // optionally model.sig (OpenSSF Model Signing). open_model applies the trust policy:
-// with a trusted key, the bundle is copied into a private (0700) folder, the copy is
-// verified, and only the copy is loaded, so nothing native runs before it is checked.
+// with a trusted key, each file is read once into sealed memory (a memfd nobody can
+// write) and hashed on the way, the signature is checked against those digests, and
+// only the sealed bytes are loaded, so nothing native runs before it is checked.
 // Pairs with python/aoti_deploy/package/bundle.py and runtime/trust.py.
 #pragma once
 
+#include "op_libraries.h"
 #include "package_spec.h"
+#include "sealed_memory.h"
 #include "signature.h"
 
 #include <cstdint>
@@ -32,11 +35,10 @@ struct BundleLayout {
 };
 BundleLayout read_bundle_layout(const std::string& dir);
 
-// The bundle's op libraries in the order the spec records them (the load order), under
-// `base` (the bundle or its private copy). Every recorded library must be there, and
-// nothing else. Kind "bundle_layout".
-std::vector<std::string> bundle_libraries(const PackageSpec& spec, const BundleLayout& layout,
-                                          const std::string& base);
+// The file names of the bundle's op libraries in the order the spec records them (the
+// load order). Every recorded library must be there, and nothing else. Kind
+// "bundle_layout".
+std::vector<std::string> bundle_library_names(const PackageSpec& spec, const BundleLayout& layout);
 
 struct TrustPolicy {
   std::string trusted_key;  // a PEM public key's path; empty: none
@@ -46,36 +48,34 @@ struct TrustPolicy {
 // The flag's key, else the environment's.
 TrustPolicy trust_policy(const std::string& flag_key, bool require_signature);
 
-// A private folder (mkdtemp, 0700), removed with everything in it when destroyed.
-class PrivateCopy {
+// A verified bundle's files in sealed memory: each file of `layout` (opened without
+// following links, regular files only) read once, hashed as it is copied (SealedFile).
+// Nothing of it is on disk; it goes with the process, however the process ends.
+class SealedBundle {
  public:
-  // Copies every file of `layout` (opened without following links, regular files only)
-  // and hashes the bytes as they are written.
-  explicit PrivateCopy(const BundleLayout& layout);
-  ~PrivateCopy();
-  PrivateCopy(const PrivateCopy&) = delete;
-  PrivateCopy& operator=(const PrivateCopy&) = delete;
-  const std::string& dir() const { return dir_; }
-  const std::map<std::string, std::string>& digests() const { return digests_; }  // name -> hex
+  explicit SealedBundle(const BundleLayout& layout);
+  const SealedFile& file(const std::string& name) const;
+  std::map<std::string, std::string> digests() const;  // name -> hex
   uint64_t bytes() const { return bytes_; }
 
  private:
-  std::string dir_;
-  std::map<std::string, std::string> digests_;
+  std::map<std::string, SealedFile> files_;
   uint64_t bytes_ = 0;
 };
 
 // What a runner loads, once the trust policy is met.
 struct OpenedModel {
   std::string origin;                      // the path the user gave
-  std::string package;                     // the .pt2 to load
-  std::vector<std::string> op_libraries;   // a bundle's, in load order; empty otherwise
+  std::string package;                     // the .pt2 to load (a verified bundle's: /proc/self/fd/N)
+  std::string package_shown;               // how messages name it
+  std::string package_sha256;              // hex, when known (a verified bundle's); else empty
+  std::vector<OpLibraryFile> op_libraries; // a bundle's, in load order; empty otherwise
   PackageSpec spec;
   bool is_bundle = false;
   bool is_signed = false;
   bool verified = false;
   std::optional<SignedManifest> signature;  // set when verified
-  std::shared_ptr<PrivateCopy> copy;        // keeps the verified copy alive
+  std::shared_ptr<SealedBundle> sealed;     // keeps the verified bytes alive
   double verify_ms = 0;
   std::string status;  // a line for the user ("signature: ..."), or empty
 };
@@ -85,10 +85,12 @@ struct OpenedModel {
 OpenedModel open_model(const std::string& path, const TrustPolicy& policy);
 
 // inspect's lines for a bundle: its signature and each file's digest against the
-// signed one. `shown` names the bundle; `verified_with` is the trusted key when
-// `layout` is a verified private copy, else empty (the signature is only read).
+// signed one. `shown` names the bundle. With `verified` (the bundle opened under a
+// trusted key), the lines are of what was verified and sealed; otherwise the signature
+// is only read and the files are hashed.
 std::vector<std::pair<std::string, std::string>> describe_bundle(const BundleLayout& layout,
                                                                  const std::string& shown,
+                                                                 const OpenedModel* verified = nullptr,
                                                                  const std::string& verified_with = "");
 
 }  // namespace aoti_runner

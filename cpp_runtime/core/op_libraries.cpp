@@ -7,6 +7,11 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <filesystem>
@@ -58,24 +63,35 @@ std::string conflict(const LoadedLibrary& candidate) {
 
 }  // namespace
 
-void load_op_libraries(const std::vector<std::string>& paths,
+std::vector<OpLibraryFile> op_library_files(const std::vector<std::string>& paths) {
+  std::vector<OpLibraryFile> files;
+  for (const auto& path : paths) {
+    files.push_back({path, std::filesystem::path(path).filename().string(), path, ""});
+  }
+  return files;
+}
+
+void load_op_libraries(const std::vector<OpLibraryFile>& libraries,
                        const std::map<std::string, std::vector<std::string>>& namespaces) {
   std::lock_guard<std::mutex> lock(g_loaded_mutex);
-  for (const auto& path : paths) {
+  for (const auto& library : libraries) {
+    const auto& path = library.shown;
     // The same words as python/aoti_deploy/ops/loader.py.
-    if (!std::filesystem::exists(path)) {
+    if (!std::filesystem::exists(library.path)) {
       throw RunnerError("op library not found: " + path +
                         ". Build it (./scripts/setup.sh builds this project's libraries into "
                         "build/), or correct the path.");
     }
     // An absolute path: dlopen of a bare name would search the library path instead of
     // the file checked above. RTLD_GLOBAL: the package resolves the library's symbols.
-    const auto absolute = std::filesystem::absolute(path).string();
+    auto absolute = std::filesystem::absolute(library.path).string();
     // A truncated or foreign file would crash the dynamic loader (SIGBUS), not fail it.
     check_shared_object_file(absolute, "op library " + path,
                              "Rebuild it (./scripts/setup.sh builds this project's libraries into build/), or "
                              "correct the path.");
-    LoadedLibrary candidate{absolute, std::filesystem::path(absolute).filename().string(), to_hex(sha256_file(absolute, "op library")), {}};
+    LoadedLibrary candidate{absolute, library.name,
+                            library.sha256.empty() ? to_hex(sha256_file(absolute, "op library")) : library.sha256,
+                            {}};
     if (const auto it = namespaces.find(candidate.name); it != namespaces.end()) {
       candidate.namespaces = it->second;
     }
@@ -90,8 +106,21 @@ void load_op_libraries(const std::vector<std::string>& paths,
                         "packages built against the same op library in one process (rebuild the bundles "
                         "with it), or serve them from separate processes.");
     }
+    constexpr const char* kDescriptors = "/proc/self/fd/";
+    int kept = -1;
+    if (absolute.rfind(kDescriptors, 0) == 0) {
+      candidate.path = path;  // a sealed copy: named as shown, not by its descriptor
+      // Never closed (see load_op_libraries in the header); the library stays mapped for
+      // the life of the process anyway.
+      kept = fcntl(std::stoi(absolute.substr(std::strlen(kDescriptors))), F_DUPFD_CLOEXEC, 0);
+      if (kept < 0) {
+        throw RunnerError("could not keep the sealed copy of op library " + path + " open: " + std::strerror(errno));
+      }
+      absolute = kDescriptors + std::to_string(kept);
+    }
     if (dlopen(absolute.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
       const char* error = dlerror();
+      if (kept >= 0) close(kept);
       throw RunnerError("could not load op library " + path + ": " +
                         (error ? error : "unknown dlopen error") +
                         ". Pass a shared library built against this torch (./scripts/setup.sh "

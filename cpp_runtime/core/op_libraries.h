@@ -9,6 +9,17 @@
 
 namespace aoti_runner {
 
+// An op library to load: a file, or a verified bundle's sealed copy of one.
+struct OpLibraryFile {
+  std::string path;    // what is read and dlopen'ed: a file, or /proc/self/fd/N of a sealed copy
+  std::string name;    // its file name (the spec's namespaces and the checks below go by it)
+  std::string shown;   // how messages and the runners' output name it
+  std::string sha256;  // hex, when already known (hashed as it was sealed); empty: hashed here
+};
+
+// Op library files named by path (the user's, or a bare bundle's).
+std::vector<OpLibraryFile> op_library_files(const std::vector<std::string>& paths);
+
 // dlopen(RTLD_NOW | RTLD_GLOBAL) each library, in order; registration runs here.
 // A process may load several packages (a Triton server does), each with its own copy of
 // a library. A library with the same bytes (SHA-256) as one already loaded is not
@@ -19,7 +30,10 @@ namespace aoti_runner {
 // namespaces (the spec's op_library_namespaces, by file name: the namespaces the
 // package calls) a loaded library or the dispatcher already has. A library of another
 // name that registers an unrecorded namespace twice is beyond what can be seen here.
-void load_op_libraries(const std::vector<std::string>& paths,
+// A sealed copy is dlopen'ed through a duplicate of its descriptor that stays open for
+// the life of the process: glibc knows a library by the name it was opened with, so that
+// /proc/self/fd/N name must never be reused by another file.
+void load_op_libraries(const std::vector<OpLibraryFile>& libraries,
                        const std::map<std::string, std::vector<std::string>>& namespaces = {});
 
 // Shared objects mapped into this process, from /proc/self/maps.

@@ -156,7 +156,7 @@ std::map<std::string, std::string> read_checked_metadata(const std::string& path
       check_shared_object(
           entry.size,
           [&](uint64_t offset, void* out, size_t n) {
-            const auto bytes = read_zip_entry(path, ZipEntry{entry.name, 0, entry.data_offset + offset, n, false});
+            const auto bytes = read_zip_entry(path, ZipEntry{entry.name, 0, entry.data_offset + offset, n, false, 0});
             std::copy(bytes.begin(), bytes.end(), static_cast<char*>(out));
           },
           "the model library " + entry.name + " in " + path, "Re-create the package with export_compile.");

@@ -76,6 +76,7 @@ class Checker {
       const uint8_t host = header[5];
       const uint16_t flags = u16(&header[8]);
       const uint16_t method = u16(&header[10]);
+      const uint32_t crc32 = u32(&header[16]);
       uint64_t compressed = u32(&header[20]);
       uint64_t uncompressed = u32(&header[24]);
       const uint16_t name_length = u16(&header[28]);
@@ -125,6 +126,7 @@ class Checker {
       }
       entry.header_offset = local;
       entry.size = compressed;
+      entry.crc32 = crc32;
       read_local_header(entry, shown);
       entries.push_back(std::move(entry));
       position += kCentralHeaderSize + variable;

@@ -17,6 +17,7 @@ struct ZipEntry {
   uint64_t data_offset = 0;    // its bytes (stored, so compressed == uncompressed)
   uint64_t size = 0;
   bool is_directory = false;
+  uint32_t crc32 = 0;  // as the central directory declares it
 };
 
 // Reads n bytes at offset into out; the caller has checked the range.

@@ -135,7 +135,7 @@ std::unique_ptr<ModelState> load_model(TRITONBACKEND_Model* model) {
 
   std::string libraries;
   for (const auto& library : state->model.op_libraries) {
-    libraries.append(libraries.empty() ? "" : ", ").append(library.substr(library.rfind('/') + 1));
+    libraries.append(libraries.empty() ? "" : ", ").append(library.name);
   }
   log(TRITONSERVER_LOG_INFO,
       "model " + state->name + " version " + std::to_string(state->version) + ": " +
@@ -185,7 +185,8 @@ std::unique_ptr<InstanceState> load_instance(TRITONBACKEND_ModelInstance* instan
   auto it = owner.loaders.find(device_index);
   if (it == owner.loaders.end()) {
     const auto runners = instances_on_device(owner.config, gpu, device_id);
-    auto lease = aoti_runner::lease_package_loader(owner.model.package, static_cast<size_t>(runners), device_index);
+    auto lease = aoti_runner::lease_package_loader(owner.model.package, static_cast<size_t>(runners), device_index,
+                                                   owner.model.package_sha256, owner.model.package_shown);
     const auto pool = aoti_runner::loader_pool_size();
     log(TRITONSERVER_LOG_INFO,
         "model " + owner.name + " version " + std::to_string(owner.version) + ": " +
