@@ -10,6 +10,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace aoti_triton {
 
@@ -40,43 +41,51 @@ at::Tensor gather_input(TRITONBACKEND_Input* input, const std::string& name, c10
     throw RunnerError(name + ": " + std::to_string(byte_size) + " bytes of data for shape " +
                       aoti_runner::format_sizes(shape) + ", which needs " + std::to_string(expected_bytes) + ".");
   }
-  if (buffer_count == 1) {
+  // The buffers are the bytes the server holds for this request: their sizes are
+  // summed and checked against the declared byte size before anything is allocated, so
+  // a shape within the config (an unbounded dim) cannot make the backend allocate more
+  // than the client really sent.
+  struct Piece {
     const void* data = nullptr;
     uint64_t size = 0;
-    auto type = TRITONSERVER_MEMORY_CPU;
+    TRITONSERVER_MemoryType type = TRITONSERVER_MEMORY_CPU;
     int64_t id = 0;
-    check(TRITONBACKEND_InputBuffer(input, 0, &data, &size, &type, &id), name + ": reading its buffer");
+  };
+  std::vector<Piece> pieces(buffer_count);
+  uint64_t held = 0;
+  for (uint32_t b = 0; b < buffer_count; ++b) {
+    auto& piece = pieces[b];
+    check(TRITONBACKEND_InputBuffer(input, b, &piece.data, &piece.size, &piece.type, &piece.id),
+          name + ": reading buffer " + std::to_string(b));
+    if (piece.size > byte_size - held) {
+      throw RunnerError(name + ": its buffers hold more than the " + std::to_string(byte_size) + " bytes declared.");
+    }
+    held += piece.size;
+  }
+  if (held != byte_size) {
+    throw RunnerError(name + ": its buffers hold " + std::to_string(held) + " bytes, not the " +
+                      std::to_string(byte_size) + " declared.");
+  }
+  if (buffer_count == 1) {
+    const auto& only = pieces[0];
     // Used in place when element-aligned: the compiled kernels load vectors unaligned
     // (the tests send HTTP and gRPC buffers at whatever offset the server got them).
-    if (buffer_device(type, id) == device && reinterpret_cast<uintptr_t>(data) % c10::elementSize(dtype) == 0 &&
-        size == byte_size) {
-      return at::from_blob(const_cast<void*>(data), shape, options);
+    if (buffer_device(only.type, only.id) == device &&
+        reinterpret_cast<uintptr_t>(only.data) % c10::elementSize(dtype) == 0) {
+      return at::from_blob(const_cast<void*>(only.data), shape, options);
     }
   }
   auto tensor = at::empty(shape, options);
   auto bytes = tensor.view({-1}).view(at::kByte);
   uint64_t offset = 0;
-  for (uint32_t b = 0; b < buffer_count; ++b) {
-    const void* data = nullptr;
-    uint64_t size = 0;
-    auto type = TRITONSERVER_MEMORY_CPU;
-    int64_t id = 0;
-    check(TRITONBACKEND_InputBuffer(input, b, &data, &size, &type, &id), name + ": reading buffer " +
-                                                                              std::to_string(b));
-    if (offset + size > byte_size) {
-      throw RunnerError(name + ": its buffers hold more than the " + std::to_string(byte_size) + " bytes declared.");
-    }
-    if (size == 0) {
+  for (const auto& piece : pieces) {
+    if (piece.size == 0) {
       continue;
     }
-    const auto piece = at::from_blob(const_cast<void*>(data), {static_cast<int64_t>(size)},
-                                     at::TensorOptions().dtype(at::kByte).device(buffer_device(type, id)));
-    bytes.narrow(0, static_cast<int64_t>(offset), static_cast<int64_t>(size)).copy_(piece);
-    offset += size;
-  }
-  if (offset != byte_size) {
-    throw RunnerError(name + ": its buffers hold " + std::to_string(offset) + " bytes, not the " +
-                      std::to_string(byte_size) + " declared.");
+    const auto source = at::from_blob(const_cast<void*>(piece.data), {static_cast<int64_t>(piece.size)},
+                                      at::TensorOptions().dtype(at::kByte).device(buffer_device(piece.type, piece.id)));
+    bytes.narrow(0, static_cast<int64_t>(offset), static_cast<int64_t>(piece.size)).copy_(source);
+    offset += piece.size;
   }
   return tensor;
 }
