@@ -9,6 +9,9 @@
 #
 #   ./scripts/fuzz.sh [SECONDS]         FUZZ_TARGETS="fuzz_spec fuzz_package" to pick
 #
+# FUZZ_SEED=N fixes libFuzzer's random seed (CI sets it, so a CI run's mutations are
+# the same each time and a finding there reproduces); unset, each run explores anew.
+#
 # Replay one input: build-asan/fuzz_package path/to/input (after sourcing
 # build-asan/sanitizer_env.sh, or with the ASAN_OPTIONS below).
 set -euo pipefail
@@ -39,7 +42,9 @@ for target in $TARGETS; do
   status=0
   # One process, one thread: the machine's other core stays free; libtorch's intra-op
   # pool is not needed for inputs this small.
-  OMP_NUM_THREADS=1 "$SAN_BUILD_DIR/$target" "$work" "$seeds" \
+  seed_flag=()
+  [[ -n "${FUZZ_SEED:-}" ]] && seed_flag=(-seed="$FUZZ_SEED")
+  OMP_NUM_THREADS=1 "$SAN_BUILD_DIR/$target" "$work" "$seeds" "${seed_flag[@]}" \
     -max_total_time="$SECONDS_PER_TARGET" -timeout=20 -rss_limit_mb=3072 -max_len=65536 \
     -print_final_stats=1 -artifact_prefix="$artifacts/$target-" > "$log" 2>&1 || status=$?
   runs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"
