@@ -9,6 +9,9 @@
 #
 #   ./scripts/fuzz.sh [SECONDS]         FUZZ_TARGETS="fuzz_spec fuzz_package" to pick
 #
+# FUZZ_RUNS=N runs each target for N executions instead of SECONDS (e.g.
+# FUZZ_RUNS=2000000 for the 10-million-execution local run the docs report).
+#
 # FUZZ_SEED=N fixes libFuzzer's random seed (CI sets it, so a CI run's mutations are
 # the same each time and a finding there reproduces); unset, each run explores anew.
 #
@@ -32,20 +35,23 @@ export LSAN_OPTIONS="suppressions=$ROOT/cmake/lsan.supp:print_suppressions=0"
 TARGETS="${FUZZ_TARGETS:-fuzz_spec fuzz_package fuzz_tensor_file fuzz_signature fuzz_triton_request}"
 failed=()
 summary=()
+total=0
 for target in $TARGETS; do
   seeds="$ROOT/tests/fuzz_corpus/${target#fuzz_}"
   work="$SAN_BUILD_DIR/fuzz-corpus/$target"
   artifacts="$SAN_BUILD_DIR/fuzz-artifacts"
   mkdir -p "$work" "$artifacts"
   log="$SAN_BUILD_DIR/fuzz-$target.log"
-  printf '\n==> %s for %ss (seeds %s, log %s)\n' "$target" "$SECONDS_PER_TARGET" "${seeds#"$ROOT"/}" "$log"
+  printf '\n==> %s for %s (seeds %s, log %s)\n' "$target" "${FUZZ_RUNS:+$FUZZ_RUNS executions}${FUZZ_RUNS:-${SECONDS_PER_TARGET}s}" "${seeds#"$ROOT"/}" "$log"
   status=0
   # One process, one thread: the machine's other core stays free; libtorch's intra-op
   # pool is not needed for inputs this small.
   seed_flag=()
   [[ -n "${FUZZ_SEED:-}" ]] && seed_flag=(-seed="$FUZZ_SEED")
+  budget=(-max_total_time="$SECONDS_PER_TARGET")
+  [[ -n "${FUZZ_RUNS:-}" ]] && budget=(-runs="$FUZZ_RUNS")
   OMP_NUM_THREADS=1 "$SAN_BUILD_DIR/$target" "$work" "$seeds" "${seed_flag[@]}" \
-    -max_total_time="$SECONDS_PER_TARGET" -timeout=20 -rss_limit_mb=3072 -max_len=65536 \
+    "${budget[@]}" -timeout=20 -rss_limit_mb=3072 -max_len=65536 \
     -print_final_stats=1 -artifact_prefix="$artifacts/$target-" > "$log" 2>&1 || status=$?
   runs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"
   rate="$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)"
@@ -56,10 +62,12 @@ for target in $TARGETS; do
     grep -m1 -A30 -E '^(==[0-9]+==ERROR|SUMMARY|.*runtime error|.*threw|.*deadly signal|.*out-of-memory)' "$log" || tail -30 "$log"
   fi
   summary+=("$line")
+  total=$((total + ${runs:-0}))
 done
 
-printf '\n==> fuzzing summary (%ss per target)\n' "$SECONDS_PER_TARGET"
+printf '\n==> fuzzing summary (%s per target)\n' "${FUZZ_RUNS:+$FUZZ_RUNS executions}${FUZZ_RUNS:-${SECONDS_PER_TARGET}s}"
 printf '  %s\n' "${summary[@]}"
+printf '  %-22s %10s execs\n' "total" "$total"
 if [[ ${#failed[@]} -gt 0 ]]; then
   echo "fuzzing found problems in: ${failed[*]} (inputs in $SAN_BUILD_DIR/fuzz-artifacts)" >&2
   exit 1
