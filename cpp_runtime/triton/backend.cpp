@@ -534,6 +534,8 @@ TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model) {
     void* state = nullptr;
     check(TRITONBACKEND_ModelState(model, &state), "reading the model's state");
     delete static_cast<ModelState*>(state);
+    // What the model's threads freed goes back to the system: reloads stay flat.
+    aoti_runner::release_free_memory();
   });
 }
 
