@@ -349,6 +349,7 @@ bool mark_if_cancelled(Pending& item, const std::string& model) {
   item.error = "the request was cancelled before model " + model + " ran it";
   item.code = TRITONSERVER_ERROR_CANCELLED;
   item.inputs.clear();
+  log(TRITONSERVER_LOG_INFO, *item.error + "; answered CANCELLED", __LINE__);
   return true;
 }
 
