@@ -46,6 +46,12 @@ void apply_malloc_policy(MallocPolicy policy) {
   }
 }
 
+void release_free_memory() {
+#if !AOTI_DEPLOY_ASAN  // under ASan malloc is the sanitizer's: no glibc arenas to trim
+  malloc_trim(0);
+#endif
+}
+
 std::string describe_malloc_policy(MallocPolicy policy) {
   return policy == MallocPolicy::kRetain
              ? "glibc malloc, retain (M_MMAP_MAX=0, M_TRIM_THRESHOLD=max: freed blocks are "

@@ -27,6 +27,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace aoti_triton {
@@ -219,6 +220,19 @@ void inject_test_fault(const ModelState& model, const char* step) {
   }
 }
 
+// A request cancelled (its gRPC client gave up) is answered CANCELLED instead of run.
+// Triton 2.51's default scheduler hands cancelled requests to the backend like any
+// other, whether they were cancelled in its queue or after. A failed query counts as
+// not cancelled.
+bool request_cancelled(TRITONBACKEND_Request* request) noexcept {
+  bool cancelled = false;
+  if (auto* error = TRITONBACKEND_RequestIsCancelled(request, &cancelled)) {
+    TRITONSERVER_ErrorDelete(error);
+    return false;
+  }
+  return cancelled;
+}
+
 struct Pending {
   TRITONBACKEND_Request* request = nullptr;
   TRITONBACKEND_Response* response = nullptr;
@@ -328,6 +342,18 @@ void run_group(InstanceState& instance, const std::vector<Pending*>& group, bool
   }
 }
 
+// Gives a request that was cancelled its CANCELLED error (it is then not run); true if so.
+bool mark_if_cancelled(Pending& item, const std::string& model) {
+  if (item.error || !request_cancelled(item.request)) {
+    return false;
+  }
+  item.error = "the request was cancelled before model " + model + " ran it";
+  item.code = TRITONSERVER_ERROR_CANCELLED;
+  item.inputs.clear();
+  log(TRITONSERVER_LOG_INFO, *item.error + "; answered CANCELLED", __LINE__);
+  return true;
+}
+
 // Reads every request and runs them in groups. May throw anywhere: whatever it left
 // unfinished, answer_and_release then answers.
 void execute(TRITONBACKEND_ModelInstance* triton_instance, InstanceState& instance, std::vector<Pending>& pending,
@@ -344,6 +370,9 @@ void execute(TRITONBACKEND_ModelInstance* triton_instance, InstanceState& instan
       item.error = "no response could be created";
       continue;
     }
+    if (mark_if_cancelled(item, model.name)) {
+      continue;
+    }
     try {
       item.inputs = read_request_inputs(item.request, spec, instance.device);
       if (batched) {
@@ -354,6 +383,13 @@ void execute(TRITONBACKEND_ModelInstance* triton_instance, InstanceState& instan
     }
   }
   inject_test_fault(model, "before_run");
+  if (model.config.test_delay_ms > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(model.config.test_delay_ms));
+  }
+  // Asked again just before running: reading a large batch takes time.
+  for (auto& item : pending) {
+    mark_if_cancelled(item, model.name);
+  }
   for (const auto& group : group_requests(pending, batched)) {
     run_group(instance, group, batched, triton_instance, exec_start);
   }
@@ -500,6 +536,8 @@ TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model) {
     void* state = nullptr;
     check(TRITONBACKEND_ModelState(model, &state), "reading the model's state");
     delete static_cast<ModelState*>(state);
+    // What the model's threads freed goes back to the system: reloads stay flat.
+    aoti_runner::release_free_memory();
   });
 }
 

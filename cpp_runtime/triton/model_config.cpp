@@ -262,8 +262,9 @@ ModelConfig parse_model_config(const json& config) {
       result.parameters[key] = value["string_value"].get<std::string>();
     }
   }
-  // test_fault is for the backend's tests only: it makes execute fail on purpose.
-  static const std::array<const char*, 3> kKnown{"intra_op_threads", "trusted_key", "test_fault"};
+  // test_fault and test_delay_ms are for the backend's tests only: execute fails, or
+  // waits, on purpose.
+  static const std::array<const char*, 4> kKnown{"intra_op_threads", "trusted_key", "test_fault", "test_delay_ms"};
   for (const auto& [key, value] : result.parameters) {
     if (std::find_if(kKnown.begin(), kKnown.end(), [&name = key](const char* k) { return name == k; }) == kKnown.end()) {
       throw RunnerError("config.pbtxt: unknown parameter '" + key +
@@ -277,6 +278,16 @@ ModelConfig parse_model_config(const json& config) {
       throw RunnerError("config.pbtxt: parameter test_fault (for the backend's tests only) must be before_run, "
                         "after_run or answering, got '" + it->second + "'.");
     }
+  }
+  if (const auto it = result.parameters.find("test_delay_ms"); it != result.parameters.end()) {
+    const auto& text = it->second;
+    const bool digits = !text.empty() && text.size() <= 5 &&
+                        std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits || std::stoi(text) > 60000) {
+      throw RunnerError("config.pbtxt: parameter test_delay_ms (for the backend's tests only) must be a whole "
+                        "number of milliseconds from 0 to 60000, got '" + text + "'.");
+    }
+    result.test_delay_ms = std::stoi(text);
   }
   return result;
 }

@@ -53,6 +53,9 @@ struct ModelConfig {
   // Every instance the groups start: count per group, times its GPUs for KIND_GPU.
   int64_t instance_count = 0;
   std::map<std::string, std::string> parameters;  // string_value of each parameter
+  // Test-only (the test_delay_ms parameter, 0..60000): execute waits this long after
+  // reading its requests, so a test can cancel or unload while the backend holds them.
+  int test_delay_ms = 0;
 };
 
 // The instances of the model that run on one device: a CPU model's all of them

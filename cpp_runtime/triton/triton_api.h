@@ -142,6 +142,9 @@ TRITONSERVER_Error* TRITONBACKEND_RequestOutputCount(TRITONBACKEND_Request* requ
 TRITONSERVER_Error* TRITONBACKEND_RequestOutputName(TRITONBACKEND_Request* request, const uint32_t index,
                                                     const char** output_name);
 TRITONSERVER_Error* TRITONBACKEND_RequestRelease(TRITONBACKEND_Request* request, uint32_t release_flags);
+// Whether the request was cancelled (e.g. its gRPC client cancelled the call);
+// present in API 1.19 (checked in the server nvidia-pytriton 0.7.0 ships).
+TRITONSERVER_Error* TRITONBACKEND_RequestIsCancelled(TRITONBACKEND_Request* request, bool* is_cancelled);
 
 TRITONSERVER_Error* TRITONBACKEND_InputProperties(TRITONBACKEND_Input* input, const char** name,
                                                   TRITONSERVER_DataType* datatype, const int64_t** shape,

@@ -220,6 +220,7 @@ class TritonServer:
         model_control_explicit: bool = False,
         extra_args: Sequence[str] = (),
         die_with_parent: bool = True,
+        env: dict[str, str] | None = None,
     ) -> "TritonServer":
         """Launch tritonserver on ``repository`` (ports left None are picked with
         ``free_ports``), its stdout and stderr appended to ``log_file``. A model that
@@ -228,6 +229,8 @@ class TritonServer:
         handle); with ``die_with_parent`` the kernel also sends it SIGTERM when this
         process ends, however it ends (PR_SET_PDEATHSIG), so no server outlives a
         killed test run. Without, it outlives this process if not stopped (--keep).
+        ``env`` adds to (or overrides) this process's environment for the server, e.g.
+        TMPDIR, where the backend's loaders extract packages.
 
         Returns:
             self, started (not yet ready: see ``wait_ready``).
@@ -264,7 +267,7 @@ class TritonServer:
             launch = [setpriv, "--pdeathsig", "TERM", "--"] if die_with_parent and setpriv else []
             self.process = subprocess.Popen(
                 launch + self.command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                start_new_session=True,
+                start_new_session=True, env={**os.environ, **env} if env else None,
             )
         except OSError as error:
             self._close_log()
@@ -366,6 +369,10 @@ class TritonServer:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
         raise ServingError(f"no VmRSS in /proc/{self.pid}/status")
+
+    def open_fds(self) -> int:
+        """How many file descriptors the server holds open (entries of /proc/PID/fd)."""
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
 
     def mapped_objects(self) -> list[str]:
         """The files mapped into the server (from /proc/PID/maps), sorted, each once; a
