@@ -387,7 +387,7 @@ def test_what_runs_is_the_verified_copy(runtime: str, build: Build, signed: Sign
         assert f"loaded object: {bundle}/libidentity_conv_ops.so" not in output
     else:
         copy_dir = first_line.rsplit("running the private copy ", 1)[1].strip()
-        assert f"loaded op library {copy_dir}/libidentity_conv_ops.so" in output
+        assert f"loaded op library {copy_dir}/libidentity_conv_ops.so" in output, output + errors
         assert not Path(copy_dir).exists()
     assert not marker.exists()
     assert not any(temp.iterdir())
