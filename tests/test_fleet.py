@@ -12,7 +12,7 @@ import pytest
 
 from aoti_deploy.serve import fleet, haproxy, triton_server
 
-from conftest import Build, skip_or_fail_without_triton
+from conftest import REPO_ROOT, Build, skip_or_fail_without_triton
 
 pytestmark = [pytest.mark.triton, pytest.mark.fleet]
 
@@ -104,6 +104,11 @@ def test_the_balancer_config_is_one_haproxy_accepts(tmp_path: Path) -> None:
     text = haproxy.haproxy_config(18080, [18001, 18002], tmp_path / "admin.sock")
     assert "retry-on conn-failure empty-response junk-response 503" in text
     assert "option httpchk GET /v2/health/ready" in text and "bind 127.0.0.1:18080" in text
+    # The excerpt docs/rolling-updates.md shows is the generated config's.
+    page = (REPO_ROOT / "docs" / "rolling-updates.md").read_text()
+    excerpt = page.split("haproxy -c accepts the generated config) -->\n```\n", 1)[1].split("```", 1)[0]
+    generated = {line.strip() for line in text.splitlines()}
+    assert [line for line in excerpt.splitlines() if line.strip() not in generated] == []
     (tmp_path / "haproxy.cfg").write_text(text)
     checked = subprocess.run([str(binary), "-c", "-f", str(tmp_path / "haproxy.cfg")], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -112,13 +117,15 @@ def test_the_balancer_config_is_one_haproxy_accepts(tmp_path: Path) -> None:
 def test_the_summary_has_a_row_per_scenario_with_its_failed_requests() -> None:
     from rich.console import Console
 
-    from aoti_deploy.cli.fleet import summary_table
+    from aoti_deploy.cli.fleet import summary_line, summary_table
 
     results = [fleet.ScenarioResult("rolling update, one server (poll)", 100, 0, 60, 40, 0, 0, 2.0, 3.0, 1.2, 1.3),
                fleet.ScenarioResult("replica SIGKILL and restart", 100, 2, 100, 0, 0, 0, 2.0, 9.0, detect_s=0.3,
                                     ready_s=0.5, return_s=0.7, retries=4)]
-    console = Console(width=400, record=True)
+    console = Console(width=190, record=True)
     console.print(summary_table(results))
     lines = console.export_text().splitlines()
-    assert any("rolling update, one server" in line and "failed requests 0" in line for line in lines)
-    assert any("replica SIGKILL" in line and "failed requests 2" in line and "0.30 s" in line for line in lines)
+    assert any("rolling update, one server" in line and "failed requests 0" in line for line in lines), lines
+    assert any("replica SIGKILL" in line and "failed requests 2" in line and "detect 0.30 s" in line
+               for line in lines), lines
+    assert summary_line(results[1]).startswith("replica SIGKILL and restart: failed requests 2, 100 requests")

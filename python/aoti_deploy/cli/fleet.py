@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
+from rich.console import Console
 from rich.table import Table
 
 from ..errors import EXIT_MISMATCH
@@ -26,26 +27,43 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} ms"
 
 
+def _times(result) -> str:
+    if result.detect_s is not None:
+        return (f"detect {_seconds(result.detect_s)}, ready {_seconds(result.ready_s)}, "
+                f"back {_seconds(result.return_s)}")
+    if result.first_new_s is None and result.last_old_s is None:
+        return "-"
+    return f"first new {_seconds(result.first_new_s)}, last old {_seconds(result.last_old_s)}"
+
+
 def summary_table(results) -> Table:
-    """One row per scenario."""
-    table = Table(title="fleet: every response checked bit for bit against the version that could send it")
-    for column in ("scenario", "requests", "failed requests", "other bits", "old after switch", "old / new",
-                   "switch (first new / last old)", "detect / ready / return", "balancer retries",
-                   "p99 steady", "p99 during"):
-        table.add_column(column)
+    """One row per scenario; its "failed requests N" cell is one word group, so a log
+    line can be searched for it."""
+    from rich import box
+
+    table = Table(title="fleet: every answer compared bit for bit with the old and the new version's outputs",
+                  box=box.SIMPLE, padding=(0, 1))
+    for column in ("scenario", "requests", "failed", "old / new / neither", "old after switch", "times",
+                   "retries", "p99 steady / during"):
+        table.add_column(column, no_wrap=True)
     for result in results:
-        switch = "-" if result.first_new_s is None and result.last_old_s is None else (
-            f"{_seconds(result.first_new_s)} / {_seconds(result.last_old_s)}")
-        health = "-" if result.detect_s is None else (
-            f"{_seconds(result.detect_s)} / {_seconds(result.ready_s)} / {_seconds(result.return_s)}")
         table.add_row(
-            result.scenario, str(result.requests), f"failed requests {result.failed}", str(result.other_bits),
-            str(result.stale), f"{result.old} / {result.new}", switch, health,
+            result.scenario, str(result.requests), f"failed requests {result.failed}",
+            f"{result.old} / {result.new} / {result.other_bits}", str(result.stale), _times(result),
             "-" if result.retries is None else str(result.retries),
-            _ms(result.p99_steady_ms), _ms(result.p99_event_ms),
+            f"{_ms(result.p99_steady_ms)} / {_ms(result.p99_event_ms)}",
             style=None if result.passed else "bold red",
         )
     return table
+
+
+def summary_line(result) -> str:
+    """The row as one plain line, whatever the terminal's width."""
+    retries = "" if result.retries is None else f", balancer retries {result.retries}"
+    return (f"{result.scenario}: failed requests {result.failed}, {result.requests} requests "
+            f"({result.old} old, {result.new} new, {result.other_bits} neither, {result.stale} old after the "
+            f"switch), {_times(result)}{retries}, p99 steady {_ms(result.p99_steady_ms)}, during "
+            f"{_ms(result.p99_event_ms)}")
 
 
 @app.command(
@@ -97,8 +115,10 @@ def fleet(
         )
     except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)
-    console.print(summary_table(report.results))
+    wide = Console(highlight=False, markup=False, soft_wrap=True, width=max(console.width, 190))
+    wide.print(summary_table(report.results))
     for result in report.results:
+        console.print(summary_line(result))
         for error in result.errors:
             console.print(f"{result.scenario}: {error}")
     console.print(f"logs and repositories: {work}")
