@@ -129,3 +129,14 @@ def test_the_summary_has_a_row_per_scenario_with_its_failed_requests() -> None:
     assert any("replica SIGKILL" in line and "failed requests 2" in line and "detect 0.30 s" in line
                for line in lines), lines
     assert summary_line(results[1]).startswith("replica SIGKILL and restart: failed requests 2, 100 requests")
+
+
+def test_the_cli_refuses_a_bad_control_before_compiling(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from aoti_deploy.cli.main import app
+
+    result = CliRunner().invoke(app, ["fleet", "--work", str(tmp_path), "--control", "sometimes"])
+    assert result.exit_code == 2, result.output
+    assert "control must be poll or explicit, got 'sometimes'" in result.output
+    assert not (tmp_path / "packages").exists()

@@ -325,6 +325,11 @@ class Timing:
 # --- Scenario 1: a rolling update on one server ----------------------------------------
 
 
+def _check_control(control: str) -> None:
+    if control not in ("poll", "explicit"):
+        raise AotiDeployError(f"control must be poll or explicit, got {control!r}", kind="usage")
+
+
 def rolling_update_one_server(
     model: FleetModel,
     work: str | os.PathLike[str],
@@ -347,8 +352,7 @@ def rolling_update_one_server(
     Raises:
         ServingError, AotiDeployError: the server or a version did not load.
     """
-    if control not in ("poll", "explicit"):
-        raise AotiDeployError(f"control must be poll or explicit, got {control!r}", kind="usage")
+    _check_control(control)
     work = Path(work)
     shutil.rmtree(work, ignore_errors=True)
     repository = work / "repository"
@@ -577,7 +581,8 @@ def run_fleet(
             on_stage(text)
 
     work = Path(work)
-    haproxy_binary()  # before minutes of compiling: fail now if it is missing
+    _check_control(control)  # before minutes of compiling
+    haproxy_binary()
     if model is None:
         model = prepare_model(work, on_stage=on_stage)
     results = []
