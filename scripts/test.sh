@@ -21,6 +21,8 @@ export AOTI_DEPLOY_REQUIRE_TRITON="${AOTI_DEPLOY_REQUIRE_TRITON:-1}"
 # The same for the manifests' schema checks: a missing k8s extra fails them.
 export AOTI_DEPLOY_REQUIRE_K8S="${AOTI_DEPLOY_REQUIRE_K8S:-1}"
 "$ROOT/scripts/setup.sh"
+# The fleet tests (tests/test_fleet.py) put HAProxy in front of two tritonservers.
+"$ROOT/scripts/install_haproxy.sh"
 
 printf '\n==> running the test suite\n'
 cd "$ROOT"

@@ -394,8 +394,8 @@ def test_bad_input_shape_is_refused_alike_by_both_runtimes(dynamic_package, buil
 
 # --- one CLI: aoti-deploy, and the two named entry points ---------------------------------
 
-SUBCOMMANDS = ("export", "run", "inspect", "compare", "matrix", "bundle", "triton-repository", "serve", "bench",
-               "train")
+SUBCOMMANDS = ("export", "run", "inspect", "compare", "matrix", "bundle", "triton-repository", "serve", "fleet",
+               "bench", "train")
 
 
 def test_aoti_deploy_help_lists_every_subcommand_and_completion(build, tmp_path):

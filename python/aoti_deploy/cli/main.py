@@ -12,6 +12,7 @@ from . import (
     bundle,
     compare_tensors,
     export_compile,
+    fleet,
     inspect_package,
     run_inference,
     serve_triton,
@@ -43,6 +44,7 @@ for _module in (
     bundle,
     triton_repository,
     serve_triton,
+    fleet,
     benchmark,
     train_identity,
 ):
