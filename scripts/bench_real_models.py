@@ -41,6 +41,12 @@ from aoti_deploy.bench.package_bench import COMPILE_MAX, EAGER, ONNX, cpp_row, w
 from examples.bench_models import FACTORIES  # noqa: E402
 
 
+# Compiled against eager under torch.testing's float32 defaults (rtol 1.3e-6, atol 1e-5),
+# except ResNet-18: 18 layers of convolutions summed in another order drift past an
+# atol of 1e-5 on near-zero activations (2.5e-5 seen), so it is held to 1e-4.
+TOLERANCES: dict[str, dict[str, float] | None] = {"resnet18": {"rtol": 1e-4, "atol": 1e-4}}
+
+
 def dynamic_shapes(kwargs: dict[str, torch.Tensor]) -> dict[str, dict[int, object]]:
     batch = ad.Dim("batch", min=1, max=8)
     return {name: {0: batch} for name in kwargs}
@@ -72,10 +78,11 @@ def main() -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
         package = ad.export(model, (), kwargs, dynamic_shapes=dynamic_shapes(kwargs), package_path=path, force=True,
-                            on_stage=lambda stage: print(f"    {stage}", flush=True))
+                            tolerance=TOLERANCES.get(name), on_stage=lambda stage: print(f"    {stage}", flush=True))
         cold = time.perf_counter() - started
         started = time.perf_counter()
-        package = ad.export(model, (), kwargs, dynamic_shapes=dynamic_shapes(kwargs), package_path=path)
+        package = ad.export(model, (), kwargs, dynamic_shapes=dynamic_shapes(kwargs), package_path=path,
+                            tolerance=TOLERANCES.get(name))
         warm = time.perf_counter() - started
         print(f"    cold export {cold:.1f} s, warm export {warm:.2f} s; verified: {str(package.report).splitlines()[0] if package.report else '-'}",
               flush=True)
@@ -85,21 +92,31 @@ def main() -> int:
                                    compile_timeout=options.compile_timeout,
                                    on_step=lambda step: print(f"    {step}", flush=True))
         write_outputs(result, path.parent, title=name)
+        (path.parent / "export.json").write_text(json.dumps(
+            {"cold_export_s": round(cold, 1), "warm_export_s": round(warm, 2), "tolerance": TOLERANCES.get(name),
+             "verified": str(package.report).splitlines()[0] if package.report else None}, indent=2) + "\n")
         print(result.markdown(), flush=True)
-        for batch in result.batches:
-            def p50(path_name: str) -> float | None:
-                row = result.row(path_name, batch)
-                return row.p50_us if row and not row.skipped else None
-
-            cpp = p50(cpp_row(options.threads)) if options.threads > 1 else p50(cpp_row(1))
-            cpp_one = p50(cpp_row(1))
-            summary.append({
-                "model": name, "batch": batch, "threads": options.threads,
-                "cpp_p50_us": cpp, "cpp_1_thread_p50_us": cpp_one, "onnx_p50_us": p50(ONNX),
-                "eager_p50_us": p50(EAGER), "max_autotune_p50_us": p50(COMPILE_MAX),
-                "cold_export_s": round(cold, 1), "warm_export_s": round(warm, 2),
-            })
         package.close()
+    # The summary covers every model with results in the output folder (this run's, and
+    # earlier runs' of the others: each model's rows are from one run).
+    for name in FACTORIES:
+        folder = options.output_dir / name
+        if not (folder / "bench.json").is_file() or not (folder / "export.json").is_file():
+            continue
+        bench = json.loads((folder / "bench.json").read_text())
+        export = json.loads((folder / "export.json").read_text())
+        threads = bench.get("threads", options.threads)
+        for batch in bench["batches"]:
+            def p50(path_name: str) -> float | None:
+                row = next((r for r in bench["rows"] if r["path"] == path_name and r["batch"] == batch), None)
+                return row["p50_us"] if row and not row.get("skipped") else None
+
+            summary.append({
+                "model": name, "batch": batch, "threads": threads,
+                "cpp_p50_us": p50(cpp_row(threads)) if threads > 1 else p50(cpp_row(1)),
+                "cpp_1_thread_p50_us": p50(cpp_row(1)), "onnx_p50_us": p50(ONNX),
+                "eager_p50_us": p50(EAGER), "max_autotune_p50_us": p50(COMPILE_MAX), **export,
+            })
     lines = [
         f"| model | batch | C++ runner p50 (µs, {options.threads} threads) | ONNX Runtime p50 (µs) | C++ / ORT | "
         "C++ / eager | C++ / torch.compile max-autotune | cold export (s) | warm export (s) |",
@@ -108,7 +125,7 @@ def main() -> int:
     for row in summary:
         cpp = row["cpp_p50_us"]
         lines.append(
-            f"| {row['model']} | {row['batch']} | {cpp:.0f} | "
+            f"| {row['model']} | {row['batch']} | {cpp or float('nan'):.0f} | "
             f"{row['onnx_p50_us'] or float('nan'):.0f} | {ratio(cpp, row['onnx_p50_us'])} | "
             f"{ratio(cpp, row['eager_p50_us'])} | {ratio(cpp, row['max_autotune_p50_us'])} | "
             f"{row['cold_export_s']} | {row['warm_export_s']} |"
