@@ -265,7 +265,8 @@ def test_installed_tree_is_the_runner_the_op_libraries_and_their_dependencies(in
 
 def test_installed_libraries_are_exactly_the_closure_of_what_is_needed(installed):
     """Every NEEDED name outside the system's base set is installed, and every installed
-    library but the op libraries (which the runner dlopens) is NEEDED by an installed file."""
+    library but the op libraries (which the runner dlopens) is NEEDED by an installed file,
+    or is the file a NEEDED soname links to (libz.so.1 -> libz.so.1.2.13)."""
     needed_by_anyone: set[str] = set()
     for path in regular_files(installed.dir):
         assert is_elf(path), path
@@ -274,6 +275,11 @@ def test_installed_libraries_are_exactly_the_closure_of_what_is_needed(installed
             if not SYSTEM_LIBRARY.fullmatch(name):
                 assert (installed.lib / name).exists(), f"{path.name} needs {name}, not installed"
                 needed_by_anyone.add(name)
+                link = installed.lib / name
+                while link.is_symlink():  # the chain, inside the install
+                    link = installed.lib / os.readlink(link)
+                    assert link.parent == installed.lib and link.exists(), f"{name} links outside the install"
+                    needed_by_anyone.add(link.name)
     unneeded = {p.name for p in installed.lib.iterdir()} - needed_by_anyone - OP_LIBRARIES
     assert not unneeded, f"installed but needed by nothing: {unneeded}"
 
