@@ -21,6 +21,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SECONDS_PER_TARGET="${1:-60}"
+if [[ -n "${FUZZ_RUNS:-}" ]]; then BUDGET="$FUZZ_RUNS executions"; else BUDGET="${SECONDS_PER_TARGET}s"; fi
 "$ROOT/scripts/sanitizer_build.sh"
 abs_path() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 SAN_BUILD_DIR="$(abs_path "${SAN_BUILD_DIR:-$ROOT/build-asan}")"
@@ -42,7 +43,7 @@ for target in $TARGETS; do
   artifacts="$SAN_BUILD_DIR/fuzz-artifacts"
   mkdir -p "$work" "$artifacts"
   log="$SAN_BUILD_DIR/fuzz-$target.log"
-  printf '\n==> %s for %s (seeds %s, log %s)\n' "$target" "${FUZZ_RUNS:+$FUZZ_RUNS executions}${FUZZ_RUNS:-${SECONDS_PER_TARGET}s}" "${seeds#"$ROOT"/}" "$log"
+  printf '\n==> %s for %s (seeds %s, log %s)\n' "$target" "$BUDGET" "${seeds#"$ROOT"/}" "$log"
   status=0
   # One process, one thread: the machine's other core stays free; libtorch's intra-op
   # pool is not needed for inputs this small.
@@ -65,7 +66,7 @@ for target in $TARGETS; do
   total=$((total + ${runs:-0}))
 done
 
-printf '\n==> fuzzing summary (%s per target)\n' "${FUZZ_RUNS:+$FUZZ_RUNS executions}${FUZZ_RUNS:-${SECONDS_PER_TARGET}s}"
+printf '\n==> fuzzing summary (%s per target)\n' "$BUDGET"
 printf '  %s\n' "${summary[@]}"
 printf '  %-22s %10s execs\n' "total" "$total"
 if [[ ${#failed[@]} -gt 0 ]]; then
