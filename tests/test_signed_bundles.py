@@ -179,6 +179,17 @@ def test_the_model_signing_cli_verifies_what_the_bundle_command_signs(signed: Si
 
 # --- tampering: each refused, exit 2, before anything native from the bundle runs ----
 
+def _read_line(fd: int) -> str:
+    """One line from a pipe, read a byte at a time so that nothing past it is consumed."""
+    line = bytearray()
+    while not line.endswith(b"\n"):
+        byte = os.read(fd, 1)
+        if not byte:
+            break
+        line += byte
+    return line.decode()
+
+
 def _replace_zip_entry(package: Path, suffix: str, transform) -> None:
     """Rewrite the zip with one entry's bytes transformed (zipfile writes correct CRCs)."""
     staged = package.with_suffix(".tmp")
@@ -367,16 +378,19 @@ def test_what_runs_is_the_verified_copy(runtime: str, build: Build, signed: Sign
     )
     env = {**os.environ, "MARKER_PATH": str(marker), "PYTHONUNBUFFERED": "1", TRUSTED_KEY_ENV: str(keys.public("signing")),
            "AOTI_DEPLOY_BUILD_DIR": str(build.dir), "TMPDIR": str(temp)}
+    # Unbuffered bytes: the first line is read byte by byte, so nothing after it sits in
+    # a reader's buffer that communicate() (which reads the descriptor) would never see.
     process = subprocess.Popen(command + ["--inputs", str(signed.input_file)], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
-    first_line = process.stdout.readline()
-    assert first_line.startswith("signature: verified"), first_line + process.communicate()[1]
+                               stderr=subprocess.PIPE, bufsize=0, env=env, cwd=tmp_path)
+    first_line = _read_line(process.stdout.fileno())
+    assert first_line.startswith("signature: verified"), first_line + process.communicate()[1].decode()
     for name in ("libidentity_conv_ops.so", "model.pt2"):  # two renames: microseconds
         os.replace(evil / name, bundle / name)
     for name in ("libidentity_conv_ops.so", "model.pt2"):  # and the same files changed in place
         with open(bundle / name, "r+b") as file:
             file.write(file.read())
-    rest, errors = process.communicate(timeout=300)
+    rest_bytes, error_bytes = process.communicate(timeout=300)
+    rest, errors = rest_bytes.decode(), error_bytes.decode()
     output = first_line + rest
     assert process.returncode == 0, output + errors
     assert "PASSED" in output
