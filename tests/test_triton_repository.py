@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 from conftest import Build, CompiledPackage, edit_spec, run_cli, skip_or_fail_without_triton
 from aoti_deploy.cli.main import app as cli_app
 from aoti_deploy.errors import AotiDeployError, PackageError
+from aoti_deploy.package import bundle as bundle_module
 from aoti_deploy.package.archive import read_package_spec
 from aoti_deploy.package.spec import DimSpec, PackageSpec, TensorSpec
 from aoti_deploy.serve.triton_repository import (
@@ -338,9 +340,13 @@ def test_write_repository_layout(compiled_package: CompiledPackage, op_library: 
     again = write_repository(written.bundle, repository, name=default_model_name(written.bundle))
     assert again.name == "3" and sorted(p.name for p in again.bundle.iterdir()) == [
         "libidentity_conv_ops.so", "model.pt2"]
-    # Rewriting a version replaces it; nothing temporary is left behind.
+    # Rewriting a version replaces it; the replaced folder stays hidden beside it (for a
+    # reader that opened it just before the swap), which Triton does not take for a version.
     write_repository(compiled_package.path, repository, name="demo", version=3, op_libraries=[op_library])
-    assert sorted(p.name for p in model_dir.iterdir()) == ["3", CONFIG_NAME]
+    assert sorted(p.name for p in model_dir.iterdir() if not p.name.startswith(".")) == ["3", CONFIG_NAME]
+    (hidden,) = [p for p in model_dir.iterdir() if p.name.startswith(".")]
+    assert hidden.name.startswith(".3.") and hidden.name.endswith(".tmp")
+    assert sorted(p.name for p in (hidden / "3").iterdir()) == ["libidentity_conv_ops.so", "model.pt2"]
     assert "intra_op_threads" not in (model_dir / CONFIG_NAME).read_text()
 
 
@@ -441,7 +447,7 @@ def test_model_versions_counts_only_what_triton_counts(tmp_path: Path):
 
 
 def test_a_version_being_replaced_never_disappears(compiled_package: CompiledPackage, op_library: Path,
-                                                   tmp_path: Path):
+                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Republishing version 1 while a poller (as Triton's poll mode) watches it: the
     folder is swapped in one step, so every look finds a whole bundle."""
     import threading
@@ -472,8 +478,17 @@ def test_a_version_being_replaced_never_disappears(compiled_package: CompiledPac
         stop.set()
         watcher.join()
     assert all(replaced)
+    # A look that opened the old folder just before a swap still finds it whole: the
+    # replaced folder is kept (hidden), not emptied under the reader.
     assert seen and all(names == expected for names in seen), [n for n in seen if n != expected][:3]
-    assert sorted(p.name for p in (repository / "demo").iterdir()) == ["1", CONFIG_NAME]
+    model_dir = repository / "demo"
+    assert sorted(p.name for p in model_dir.iterdir() if not p.name.startswith(".")) == ["1", CONFIG_NAME]
+    assert len([p for p in model_dir.iterdir() if p.name.startswith(".1.")]) == 5  # each younger than a minute
+    # Once they are older than STALE_STAGING_SECONDS, the next write removes them.
+    monkeypatch.setattr(bundle_module, "STALE_STAGING_SECONDS", 0.0)
+    time.sleep(0.01)
+    write_repository(compiled_package.path, repository, name="demo", op_libraries=[op_library], version=1)
+    assert len([p for p in model_dir.iterdir() if p.name.startswith(".1.")]) == 1  # the one just replaced
 
 
 def test_a_signed_version_that_does_not_verify_is_never_published(compiled_package: CompiledPackage,

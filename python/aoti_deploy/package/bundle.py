@@ -7,11 +7,13 @@ words."""
 from __future__ import annotations
 
 import errno
+import glob
 import hashlib
 import os
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -500,6 +502,7 @@ def write_bundle(
     # folder), as the signature records the folder's name as its subject.
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_staging(dest)
         staging_root = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp"))
     except OSError as error:
         raise PackageError(
@@ -524,10 +527,33 @@ def write_bundle(
 
             with open_model(staged, TrustPolicy(Path(verify_key), "--trusted-key", True)):
                 pass  # verified, as the runners will verify it; the copy is removed
-        _put_in_place(staged, dest, staging_root)
-    finally:
+        replaced = _put_in_place(staged, dest, staging_root)
+    except BaseException:
         shutil.rmtree(staging_root, ignore_errors=True)
+        raise
+    if not replaced:
+        shutil.rmtree(staging_root, ignore_errors=True)
+    # else the folder that was replaced stays (hidden) for a while: a reader that opened it
+    # just before the swap finds it whole; a later write removes it.
     return dest
+
+
+# How long a replaced bundle folder stays beside its successor before a later write to
+# the same parent folder removes it (with any staging folder a killed writer left).
+STALE_STAGING_SECONDS = 60.0
+
+
+def _remove_stale_staging(dest: Path) -> None:
+    """Remove the hidden staging folders of earlier writes of ``dest`` (a replaced
+    bundle kept for readers, or what a killed writer left) older than
+    ``STALE_STAGING_SECONDS``."""
+    now = time.time()
+    for old in dest.parent.glob(f".{glob.escape(dest.name)}.*.tmp"):
+        try:
+            if old.is_dir() and not old.is_symlink() and now - old.lstat().st_mtime > STALE_STAGING_SECONDS:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError:
+            pass
 
 
 _RENAME_EXCHANGE = 2  # linux/fs.h
@@ -548,14 +574,15 @@ def _exchange(a: Path, b: Path) -> bool:
     return renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0
 
 
-def _put_in_place(staged: Path, dest: Path, staging_root: Path) -> None:
+def _put_in_place(staged: Path, dest: Path, staging_root: Path) -> bool:
     """Rename ``staged`` to ``dest``. An existing ``dest`` is swapped with it in one step
     where the system can (so a polling server never sees the folder missing), else
-    moved aside first and moved back if the rename fails; the old one is removed
-    with the staging folder."""
+    moved aside first and moved back if the rename fails; the old one ends in the
+    staging folder. Returns whether an existing ``dest`` was replaced."""
     try:
         if dest.exists() and _exchange(staged, dest):
-            return
+            os.utime(staging_root)  # its age counts from the swap
+            return True
         if dest.exists():
             previous = staging_root / f"{dest.name}.previous"
             os.rename(dest, previous)
@@ -564,7 +591,9 @@ def _put_in_place(staged: Path, dest: Path, staging_root: Path) -> None:
             except OSError:
                 os.rename(previous, dest)
                 raise
-        else:
-            os.rename(staged, dest)
+            os.utime(staging_root)
+            return True
+        os.rename(staged, dest)
+        return False
     except OSError as error:
         raise PackageError(f"could not put the bundle in place at {dest}: {error}", kind="bundle_output") from error
