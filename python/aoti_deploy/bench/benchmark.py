@@ -165,6 +165,7 @@ class BenchReport:
             entry["cold_start_ratio"] = result.cold_start_ratio
             entry["verification_cost_ms"] = result.verification_cost_ms
             entry["cost_in_hashes"] = result.cost_in_hashes
+            entry["floor_in_hashes"] = result.floor_in_hashes
         if self.cold_start:
             data["cold_start"]["ratio"] = self.cold_start.ratio
         if self.compile_time:
@@ -603,7 +604,8 @@ def targets(report: BenchReport) -> list[Target]:
         found.append(Target(f"signed bundle ({bundle.name}): C++ cold start verified - bare <= 1.2x one SHA-256 "
                             "of its bytes",
                             f"{bundle.verification_cost_ms:.1f} vs {bundle.sha256_ms:.1f} ms = "
-                            f"{bundle.cost_in_hashes:.2f}x", bundle.cost_in_hashes <= 1.2))
+                            f"{bundle.cost_in_hashes:.2f}x (a sealed copy alone: {bundle.floor_in_hashes:.2f}x)",
+                            bundle.cost_in_hashes <= 1.2))
     if report.cold_start:
         c = report.cold_start
         for timing, limit_ms in ((c.aoti_runner, 250), (c.run_inference, 2000), (c.run_inference_help, 500)):
@@ -634,10 +636,12 @@ def markdown_table(report: BenchReport) -> str:
     if report.signing:
         lines += ["", "| signed bundle | size | files | SHA-256 once (ms) | verify, C++ (ms) | verify, Python (ms) | "
                   "C++ cold start bare (ms) | verified (ms) | difference (ms) | difference / SHA-256 | "
-                  "verified / bare |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "sealed copy alone (ms) | sealed copy / SHA-256 | verified / bare |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         lines += [f"| {b.name} | {b.megabytes:.1f} MB | {b.files} | {b.sha256_ms:.1f} | {b.cpp_verify_ms:.1f} | "
                   f"{b.python_verify_ms:.1f} | {b.cold_start_plain_ms:.0f} | {b.cold_start_signed_ms:.0f} | "
-                  f"{b.verification_cost_ms:.1f} | {b.cost_in_hashes:.2f}x | {b.cold_start_ratio:.2f}x |"
+                  f"{b.verification_cost_ms:.1f} | {b.cost_in_hashes:.2f}x | {b.sealed_copy_ms:.1f} | "
+                  f"{b.floor_in_hashes:.2f}x | {b.cold_start_ratio:.2f}x |"
                   for b in report.signing]
     if report.cold_start:
         c = report.cold_start
