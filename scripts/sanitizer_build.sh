@@ -27,9 +27,11 @@ export PATH="$VENV/bin:$PATH"
 if [[ ! -f "$SAN_BUILD_DIR/build.ninja" ]]; then
   printf '\n==> configuring %s (clang, ASan + UBSan, fuzz targets)\n' "$SAN_BUILD_DIR"
   # -O1: the sanitizers' usual level; it also keeps this build's compile time down.
+  # shellcheck source=scripts/compiler_cache.sh
+  source "$ROOT/scripts/compiler_cache.sh"
   cmake -S "$ROOT" -B "$SAN_BUILD_DIR" -G Ninja \
     -DCMAKE_CXX_COMPILER="$CLANGXX" -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS=-O1 \
-    -DPython3_EXECUTABLE="$VENV/bin/python" \
+    -DPython3_EXECUTABLE="$VENV/bin/python" "${COMPILER_CACHE_ARGS[@]}" \
     -DAOTI_DEPLOY_SANITIZE=address,undefined -DAOTI_DEPLOY_FUZZ=ON > /dev/null
 fi
 printf '\n==> building %s\n' "$SAN_BUILD_DIR"

@@ -66,9 +66,12 @@ export PATH="$VENV/bin:$PATH"
 # reused build folder cannot silently keep older ones (e.g. -Werror off).
 if [[ ! -f "$BUILD_DIR/build.ninja" || -n "${CMAKE_ARGS:-}" ]]; then
   step "configuring $BUILD_DIR (CMake + Ninja)"
+  # shellcheck source=scripts/compiler_cache.sh
+  source "$ROOT/scripts/compiler_cache.sh"
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja \
     -DCMAKE_BUILD_TYPE=Release \
     -DPython3_EXECUTABLE="$VENV/bin/python" \
+    "${COMPILER_CACHE_ARGS[@]}" \
     ${CMAKE_ARGS:-}
 fi
 step "building the op library and the C++ runner"
