@@ -46,7 +46,7 @@ class SigningResult:
     cold_start_plain_ms: float  # aoti_runner PACKAGE LIB, whole process, median
     cold_start_signed_ms: float  # aoti_runner BUNDLE --trusted-key PUB, whole process, median
     sha256_ms: float  # one SHA-256 over every file the runner hashes, median (see sha256_once_ms)
-    sealed_copy_ms: float = 0.0  # read, hash and copy into a memfd, as the runner does (see sealed_copy_ms)
+    sealed_copy_ms: float  # read, hash and copy into a memfd, as the runner does (see sealed_copy_ms)
 
     @property
     def cold_start_ratio(self) -> float:
