@@ -458,7 +458,9 @@ def write_bundle(
     """Write a deploy bundle: model.pt2 and exactly the op libraries its spec records
     (copied), signed into model.sig if ``sign_key`` is given. It is written into a
     sibling temporary folder, then put in place, so ``dest`` is never half-written; an
-    existing bundle there (``package`` itself, to sign it in place) is replaced.
+    existing bundle there (``package`` itself, to sign it in place) is replaced, and the
+    replaced folder stays hidden beside it (``.NAME.*.tmp``) until a write at least
+    ``STALE_STAGING_SECONDS`` later removes it.
 
     Args:
         package: a .pt2 package, or a bundle (its package and, unless given, its
