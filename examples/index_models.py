@@ -103,3 +103,65 @@ def masked_mean_model(vocab: int = 1000, width: int = 32) -> nn.Module:
     with torch.random.fork_rng():
         torch.manual_seed(0)
         return MaskedMeanModel(vocab, width)
+
+
+class ComputedIndexModel(nn.Module):
+    """Indices computed from integer inputs before they index, one input per kind of
+    index op, batch B first in every input and output:
+
+    - ``ids`` [B, 16]: ``embedding(ids * 3 + 7)`` of 1000 rows (valid ids 0..330);
+    - ``picks`` [B, 8]: ``take(flat, picks * 2 + 1)`` of 5000 elements (negatives wrap);
+    - ``slots`` [B, 4]: ``scatter`` and ``scatter_add`` into 20 columns at ``slots + 2``;
+    - ``cells`` [B, 4]: ``index_put`` into 30 columns at ``cells + 1`` (negatives wrap);
+    - ``rows`` [B, 4]: ``index_select`` of 12 rows at ``rows * 2`` (valid rows 0..5);
+    - ``spots`` [B, 4]: tensor indexing of the same 12 rows at ``spots - 1`` (negatives wrap);
+    - ``cols`` [B, 3]: ``gather`` of 7 columns at ``cols - 2``;
+    - ``bags`` [B, 6]: ``embedding_bag`` (sum) of 50 rows at ``bags * 2``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(1)
+        self.embedding = nn.Embedding(1000, 8)
+        self.bag = nn.EmbeddingBag(50, 8, mode="sum")
+        with torch.no_grad():
+            self.embedding.weight.copy_(torch.randn(1000, 8, generator=generator))
+            self.bag.weight.copy_(torch.randn(50, 8, generator=generator))
+        self.register_buffer("flat", torch.randn(5000, generator=generator))
+        self.register_buffer("table", torch.randn(12, 3, generator=generator))
+        self.register_buffer("scores", torch.randn(1, 7, generator=generator))
+
+    def forward(self, ids: torch.Tensor, picks: torch.Tensor, slots: torch.Tensor, cells: torch.Tensor,
+                rows: torch.Tensor, spots: torch.Tensor, cols: torch.Tensor,
+                bags: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        batch = ids.shape[0]
+        embedded = self.embedding(ids * 3 + 7)
+        taken = torch.take(self.flat, picks * 2 + 1)
+        ones = torch.ones(slots.shape, dtype=torch.float32)
+        scattered = torch.zeros(batch, 20).scatter(1, slots + 2, ones).scatter_add(1, slots + 2, ones)
+        batch_rows = torch.arange(batch).unsqueeze(1).expand(-1, cells.shape[1])
+        put = torch.zeros(batch, 30).index_put((batch_rows, cells + 1), torch.ones(cells.shape))
+        selected = torch.index_select(self.table, 0, (rows * 2).reshape(-1)).reshape(batch, -1)
+        spotted = self.table[spots - 1].reshape(batch, -1)
+        gathered = torch.gather(self.scores.expand(batch, -1), 1, cols - 2)
+        bagged = self.bag(bags * 2)
+        return embedded, taken, scattered, put, selected, spotted, gathered, bagged
+
+
+def computed_index_inputs(batch: int = 2, seed: int = 4) -> tuple[torch.Tensor, ...]:
+    """Seeded in-range inputs of ComputedIndexModel, every bound included once."""
+    generator = torch.Generator().manual_seed(seed)
+    bounds = {"ids": (0, 330, 16), "picks": (-2500, 2499, 8), "slots": (-2, 17, 4), "cells": (-31, 28, 4),
+              "rows": (0, 5, 4), "spots": (-11, 12, 4), "cols": (2, 8, 3), "bags": (0, 24, 6)}
+    inputs = []
+    for low, high, width in bounds.values():
+        values = torch.randint(low, high + 1, (batch, width), generator=generator)
+        values[0, :2] = torch.tensor([low, high])
+        inputs.append(values)
+    return tuple(inputs)
+
+
+def computed_index_model() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """The module and its example inputs (int64, in range, batch 2). Export with
+    --dynamic-dim 0.0,1.0,2.0,3.0,4.0,5.0,6.0,7.0=1:8 for a batch of 1 to 8."""
+    return ComputedIndexModel(), computed_index_inputs()

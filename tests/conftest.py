@@ -209,6 +209,20 @@ def lookup_package(tmp_path_factory: pytest.TempPathFactory) -> UserPackage:
     return UserPackage(out / "model.pt2", out / "ref", code, output)
 
 
+@pytest.fixture(scope="session")
+def computed_index_package(tmp_path_factory: pytest.TempPathFactory) -> UserPackage:
+    """The one package whose indices are computed from its inputs before they index
+    (embedding, take, scatter, scatter_add, index_put, index_select, tensor indexing,
+    gather, embedding_bag), batch 1..8: for the index-check tests and the Triton test."""
+    out = tmp_path_factory.mktemp("computed_index")
+    code, output = _export([
+        "--model", "examples.index_models:computed_index_model", "--dynamic-dim", "0.0,1.0,2.0,3.0,4.0,5.0,6.0,7.0=1:8",
+        "--output", str(out / "model.pt2"),
+    ])
+    assert code == 0, output
+    return UserPackage(out / "model.pt2", out / "ref", code, output)
+
+
 def run_cmd(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
     """Run a command with text output captured; never raises on a non-zero exit."""
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300, **kwargs)

@@ -7,6 +7,10 @@
 #include "torch_lock.h"
 
 #include <torch/version.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <cstdio>
+#include <iostream>
 
 #include <algorithm>
 #include <fstream>
@@ -74,12 +78,79 @@ PackageLoader load_package(const std::string& path, size_t num_runners, int devi
   }
 }
 
+namespace {
+
+// The AOTI runtime compiled into every package prints "Error: <what>" to stderr before
+// it rethrows, and the runner reports the same error in its own line. For one run of
+// a single-threaded process, stderr is held in memory and given back without that
+// echo; anything else the run printed passes on, in order.
+class StderrHold {
+ public:
+  StderrHold() {
+    std::cerr.flush();
+    std::fflush(stderr);
+    held_ = memfd_create("aoti_runner_stderr", MFD_CLOEXEC);
+    saved_ = held_ < 0 ? -1 : dup(STDERR_FILENO);
+    if (saved_ < 0 || dup2(held_, STDERR_FILENO) < 0) {
+      close_fds();
+    }
+  }
+  StderrHold(const StderrHold&) = delete;
+  StderrHold& operator=(const StderrHold&) = delete;
+  ~StderrHold() { release(""); }
+
+  // Restores stderr and writes what was held, less one line "Error: <echo>".
+  void release(const std::string& echo) {
+    if (held_ < 0) {
+      return;
+    }
+    std::cerr.flush();
+    std::fflush(stderr);
+    dup2(saved_, STDERR_FILENO);
+    std::string text;
+    char buffer[4096];
+    ssize_t got = 0;
+    if (lseek(held_, 0, SEEK_SET) == 0) {
+      while ((got = read(held_, buffer, sizeof buffer)) > 0) {
+        text.append(buffer, static_cast<size_t>(got));
+      }
+    }
+    close_fds();
+    if (!echo.empty()) {
+      const std::string line = "Error: " + echo + "\n";
+      if (const auto at = text.find(line); at != std::string::npos) {
+        text.erase(at, line.size());
+      }
+    }
+    std::cerr << text << std::flush;
+  }
+
+ private:
+  void close_fds() {
+    if (held_ >= 0) {
+      close(held_);
+    }
+    if (saved_ >= 0) {
+      close(saved_);
+    }
+    held_ = saved_ = -1;
+  }
+  int held_ = -1;
+  int saved_ = -1;
+};
+
+}  // namespace
+
 std::vector<at::Tensor> run_package(const std::string& path, const std::vector<at::Tensor>& inputs,
                                     const std::string& shown) {
   auto loader = load_package(path, 1, -1, shown);
+  StderrHold hold;
   try {
-    return loader->run(inputs);
+    auto outputs = loader->run(inputs);
+    hold.release("");
+    return outputs;
   } catch (const std::exception& e) {
+    hold.release(e.what());
     rethrow_with_context("running the AOTI package " + (shown.empty() ? path : shown) + " failed", e, "");
   }
 }

@@ -44,7 +44,8 @@ using PackageLoader = std::unique_ptr<torch::inductor::AOTIModelPackageLoader, P
 PackageLoader load_package(const std::string& path, size_t num_runners = 1, int device_index = -1,
                            const std::string& shown = "");
 
-// Loads the package and runs it once on validated inputs.
+// Loads the package and runs it once on validated inputs (in a single-threaded process:
+// stderr is held during the run, to drop the runtime's echo of an error).
 std::vector<at::Tensor> run_package(const std::string& path, const std::vector<at::Tensor>& inputs,
                                     const std::string& shown = "");
 

@@ -315,6 +315,15 @@ void run_group(InstanceState& instance, const std::vector<Pending*>& group, bool
   } catch (...) {
     failure = "running the AOTI package failed: " + describe_current_exception();
   }
+  if (failure && group.size() > 1) {
+    // A request whose index is out of range passes validation and fails inside the run
+    // (the package's index checks), taking the merged batch with it: each request of
+    // the batch runs again alone, so only the bad one gets the error.
+    for (auto* item : group) {
+      run_group(instance, {item}, batched, triton_instance, exec_start_ns);
+    }
+    return;
+  }
   const uint64_t compute_end = now_ns();
   int64_t first = 0;
   for (auto* item : group) {
@@ -322,7 +331,10 @@ void run_group(InstanceState& instance, const std::vector<Pending*>& group, bool
     item->compute_end_ns = compute_end;
     if (failure) {
       item->error = failure;
-      item->code = TRITONSERVER_ERROR_INTERNAL;
+      // The package's index checks (compiler/index_guards.py) start their messages
+      // with this: the request is bad, not the server.
+      item->code = failure->find(": index out of range: ") != std::string::npos ? TRITONSERVER_ERROR_INVALID_ARG
+                                                                                  : TRITONSERVER_ERROR_INTERNAL;
       continue;
     }
     try {

@@ -164,6 +164,39 @@ def verdict(passed: bool) -> Text:
 
 
 @contextmanager
+def held_stderr() -> Iterator[None]:
+    """Hold this process's stderr (fd 2) in memory for one package run, and give it
+    back without the "Error: <message>" line that the AOTI runtime compiled into every
+    package prints before it raises: the CLI reports that error in its own line.
+    Anything else the run printed passes on. For a single-threaded CLI only: fd 2 is
+    the whole process's."""
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    held = tempfile.TemporaryFile()
+    os.dup2(held.fileno(), 2)
+    error: BaseException | None = None
+    try:
+        yield
+    except BaseException as raised:
+        error = raised
+        raise
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        held.seek(0)
+        text = held.read().decode("utf-8", "replace")
+        held.close()
+        cause = error.__cause__ if error is not None and error.__cause__ is not None else error
+        for line in str(cause).splitlines()[:1] if cause is not None else []:
+            text = text.replace(f"Error: {line}\n", "", 1)
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+
+@contextmanager
 def step_progress(total: int) -> Iterator[Callable[[str], None]]:
     """A progress bar over ``total`` named steps. Yields the callback a stage
     function calls as each step starts; the bar advances as the next one begins.

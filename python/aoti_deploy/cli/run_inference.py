@@ -21,6 +21,7 @@ from .common import (
     RtolOption,
     console,
     exit_with,
+    held_stderr,
     print_check,
     run_without_teardown,
     tolerance_override,
@@ -171,7 +172,8 @@ def run_inference(
             for i, tensor in enumerate(tensors):  # the same lines as aoti_runner's
                 label = tensor_label("input", i, spec.inputs)
                 console.print(f"{label}: {list(tensor.shape)} {spec.inputs[i].dtype} on {spec.device}")
-            results = package.run(tensors)
+            with held_stderr():
+                results = package.run(tensors)
             console.print(f"ran {model_path}: {len(results)} output(s)")
             if outputs is not None:
                 save_tensors(outputs, results)

@@ -38,6 +38,7 @@ from .export import (
 from ..models.identity import IDENTITY_CLASS, MODEL_VARIANTS, IdentityModel, IdentityOutModel
 from ..ops.loader import LIBRARY_NAME, libraries_for, load_op_libraries, load_op_library, namespaces_by_library
 from .optimize import optimize_program
+from .index_guards import check_guards_outside_parallel, guard_indices
 from .value_ranges import record_value_ranges
 from ..package.archive import read_package_spec, rewrite_package_metadata
 from ..package.dtypes import DEFAULT_RANDOM_VALUES, DTYPES, INPUT_DTYPES, INTEGER_DTYPES, dtype_name
@@ -545,10 +546,14 @@ def _export_and_compile_package(
         python_ops = python_only_ops(calls.op_refs(), config.device)
         if python_ops and not config.allow_python_ops:
             raise _python_ops_error(python_ops, "the exported graph calls")
+        # The ranges follow inputs straight into index ops, so they are read before
+        # the guards put a check between the two.
+        inputs = record_value_ranges(program, input_specs(program), config.input_values)
+        guards = guard_indices(program)
 
     with stage("compile"):
         spec = PackageSpec(
-            inputs=record_value_ranges(program, input_specs(program), config.input_values),
+            inputs=inputs,
             outputs=output_specs(program),
             device=config.device,
             torch_version=torch.__version__,
@@ -562,7 +567,7 @@ def _export_and_compile_package(
             cpu_target=config.cpu_target,
             python_only_ops=sorted(python_ops),
             fake_modules=list(config.fake_modules) + _defining_modules(python_ops, config.model),
-            optimizations=optimization,
+            optimizations=f"{optimization}; {guards.summary()}",
             shared_dims=shared_dims(program),
             eager_check=tolerance,
             constant_inputs=constants,
@@ -573,6 +578,7 @@ def _export_and_compile_package(
         staging = _staging_path(config.output)
         try:
             package_path = compile_package(program, staging, spec, config.cpu_target, config.inductor_configs)
+            check_guards_outside_parallel(package_path, guards.messages)
             _record_called_ops(package_path, spec, calls, config)
         except BaseException:
             staging.unlink(missing_ok=True)

@@ -1,0 +1,161 @@
+"""Indices computed from inputs (``ids * 3 + 7``, ``picks * 2 + 1``...) before they
+index: the package checks every index of every indexing op outside any parallel
+region, so one bad value fails its run with one line and exit 2 in both runners (as
+processes), where the compiled kernel used to abort the process. Good values keep
+eager's bits. The pass and its scan of the compiled kernels are tested on their own
+too."""
+
+from __future__ import annotations
+
+import resource
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import REPO_ROOT, Build, UserPackage, run_cli, run_cmd
+from aoti_deploy.compiler.index_guards import GUARD_PREFIX, check_guards_outside_parallel, guard_indices
+from aoti_deploy.errors import CompileError
+from aoti_deploy.package.archive import read_package_spec
+from aoti_deploy.runtime.tensor_files import save_tensors
+from aoti_deploy.verify.bits import bit_view
+
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+from examples.index_models import ComputedIndexModel, computed_index_inputs  # noqa: E402
+
+# input, position, bad value, what the one line says (which op, its range, the source).
+BAD_VALUES = {
+    "embedding of ids * 3 + 7, one past": (0, (1, 3), 331, "embedding in 'embedding' takes indices in 0..999 (its "
+                                           "rows, 1000); an index computed from input[0] (ids) is outside it"),
+    "embedding of ids * 3 + 7, negative": (0, (0, 5), -3, "embedding in 'embedding' takes indices in 0..999"),
+    "take of picks * 2 + 1": (1, (0, 2), 2500, "take takes indices in -5000..4999 (its elements, 5000); an index "
+                              "computed from input[1] (picks) is outside it"),
+    "scatter and scatter_add at slots + 2": (2, (1, 1), 18, "takes indices in 0..19 (dim 1, 20); an index computed "
+                                             "from input[2] (slots) is outside it"),
+    "index_put at cells + 1": (3, (0, 0), -32, "index_put takes indices in -30..29 (dim 1, 30); an index computed "
+                               "from input[3] (cells) is outside it"),
+    "index_select at rows * 2": (4, (1, 1), 6, "index_select takes indices in 0..11 (dim 0, 12); an index computed "
+                                 "from input[4] (rows) is outside it"),
+    "tensor indexing at spots - 1": (5, (0, 3), -12, "index takes indices in -12..11 (dim 0, 12); an index "
+                                     "computed from input[5] (spots) is outside it"),
+    "gather at cols - 2": (6, (1, 2), 9, "gather takes indices in 0..6 (dim 1, 7); an index computed from input[6] "
+                           "(cols) is outside it"),
+    "embedding_bag at bags * 2": (7, (1, 0), 25, "embedding_bag in 'bag' takes indices in 0..49 (its rows, 50); an "
+                                  "index computed from input[7] (bags) is outside it"),
+}
+
+
+def _no_core() -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _same_bits(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return len(a) == len(b) and all(
+        x.dtype == y.dtype and x.shape == y.shape and torch.equal(bit_view(x), bit_view(y)) for x, y in zip(a, b)
+    )
+
+
+def _run_both(build: Build, package: Path, tmp: Path, inputs: Path) -> tuple[object, object]:
+    py = run_cli("run_inference", package, "--inputs", inputs, "--outputs", tmp / "py.pt", cwd=tmp, build=build)
+    cpp = run_cmd(build.runner, package, "--inputs", inputs, "--outputs", tmp / "cpp.pt", preexec_fn=_no_core)
+    return py, cpp
+
+
+def test_the_package_records_its_checks(computed_index_package: UserPackage) -> None:
+    # 10 indices: one for each op, two for index_put (the batch rows and the cells).
+    assert read_package_spec(computed_index_package.path).optimizations.endswith("; 10 index check(s)")
+
+
+def test_every_check_throws_outside_a_parallel_region(computed_index_package: UserPackage) -> None:
+    """The compile refuses a package otherwise; this reads the kernels again, and finds
+    every op's check in them."""
+    with zipfile.ZipFile(computed_index_package.path) as archive:
+        kernels = "\n".join(archive.read(n).decode() for n in archive.namelist() if n.endswith(".cpp"))
+    throws = [line for line in kernels.splitlines() if GUARD_PREFIX in line and "throw" in line]
+    ops = ["embedding in 'embedding'", "take", "scatter", "scatter_add", "index_put", "index_select", "index",
+           "gather", "embedding_bag in 'bag'"]
+    for op in ops:
+        assert any(f"{GUARD_PREFIX}: {op} takes" in line for line in throws), op
+    check_guards_outside_parallel(computed_index_package.path, ["any"])
+
+
+def test_good_values_at_every_bound_run_with_eagers_bits(computed_index_package: UserPackage, build: Build,
+                                                        tmp_path: Path) -> None:
+    inputs = list(computed_index_inputs(batch=3, seed=12))
+    with torch.no_grad():
+        eager = list(ComputedIndexModel()(*inputs))
+    py, cpp = _run_both(build, computed_index_package.path, tmp_path, save_tensors(tmp_path / "in.pt", inputs))
+    assert py.returncode == 0, py.stdout + py.stderr
+    assert cpp.returncode == 0, cpp.stdout + cpp.stderr
+    assert _same_bits(torch.load(tmp_path / "py.pt"), eager)
+    assert _same_bits(torch.load(tmp_path / "cpp.pt"), eager)
+
+
+@pytest.mark.parametrize("case", list(BAD_VALUES))
+def test_a_computed_index_out_of_range_fails_with_one_line(case: str, computed_index_package: UserPackage,
+                                                           build: Build, tmp_path: Path) -> None:
+    i, position, value, words = BAD_VALUES[case]
+    inputs = list(computed_index_inputs())
+    inputs[i][position] = value
+    with pytest.raises((IndexError, RuntimeError)):  # eager refuses it too
+        ComputedIndexModel()(*inputs)
+    py, cpp = _run_both(build, computed_index_package.path, tmp_path, save_tensors(tmp_path / "in.pt", inputs))
+    for result in (py, cpp):
+        assert result.returncode == 2, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
+        assert result.stderr.count("\n") == 1, result.stderr  # one line, and no echo of it from the runtime
+        assert f": {GUARD_PREFIX}: " in result.stderr and words in result.stderr, result.stderr
+        assert "Pass inputs whose indices fall in" in result.stderr
+    assert not (tmp_path / "py.pt").exists() and not (tmp_path / "cpp.pt").exists()
+
+
+# --- the pass and the scan, without a compile --------------------------------------------
+
+class _Lookups(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 2)
+
+    def forward(self, ids: torch.Tensor, offset: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        return self.emb(ids.view(-1)).sum() + table[ids + offset].sum() + torch.gather(table, 1, ids).sum()
+
+
+def test_the_pass_names_the_op_the_input_and_the_range() -> None:
+    ids, offset, table = torch.tensor([[1, 2]]), torch.tensor([[0, 1]]), torch.randn(4, 5)
+    model = _Lookups()
+    program = torch.export.export(model, (ids, offset, table),
+                                  dynamic_shapes=({}, {}, {0: torch.export.Dim("rows", min=2, max=9)}))
+    report = guard_indices(program)
+    assert len(report.messages) == 3, report.messages
+    embedding, indexing, gather = report.messages
+    assert "embedding in 'emb' takes indices in 0..9 (its rows, 10); an index of input[0] (ids) is outside" \
+        in embedding
+    # A table whose size is dynamic: the check reads the size at run time.
+    assert "index takes indices in -size s" in indexing and "computed from input[0] (ids), input[1] (offset)" \
+        in indexing
+    assert "gather takes indices in 0..4 (dim 1, 5); an index of input[0] (ids)" in gather
+    assert sum(1 for n in program.graph.nodes if n.target is torch.ops.aten._assert_async.msg) == 3
+    # The program still runs, and refuses a bad index with the message.
+    module = program.module()
+    with torch.no_grad():
+        assert _same_bits([module(ids, offset, table)], [model(ids, offset, table)])
+    with pytest.raises(RuntimeError, match="index out of range: gather"):
+        module(torch.tensor([[1, 7]]), torch.tensor([[0, 0]]), torch.randn(9, 5))
+
+
+def _package_with_kernel(tmp: Path, source: str) -> Path:
+    path = tmp / "model.pt2"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("model/data/aotinductor/model/kernel.cpp", source)
+    return path
+
+
+def test_the_scan_refuses_a_check_inside_a_parallel_region(tmp_path: Path) -> None:
+    throw = f'(tmp1 ? 0 : (throw std::runtime_error("{GUARD_PREFIX}: gather ..."), 0));'
+    inside = f"void k() {{\n    #pragma omp parallel\n    {{\n        {{\n            {throw}\n        }}\n    }}\n}}\n"
+    with pytest.raises(CompileError, match="inside an OpenMP parallel region"):
+        check_guards_outside_parallel(_package_with_kernel(tmp_path, inside), ["any"])
+    between = f"void k() {{\n    #pragma omp parallel\n    {{\n    }}\n    {{\n        {throw}\n    }}\n}}\n"
+    check_guards_outside_parallel(_package_with_kernel(tmp_path, between), ["any"])
