@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -832,5 +833,48 @@ def test_a_transformers_model_serves_by_its_own_names(served: Served, zoo, model
                 triton_server.infer(served.server.http_url, "http", name, [bad, inputs[1]])
         assert served.server.running()
         assert same_bits(triton_server.infer(served.server.grpc_url, "grpc", name, inputs), got)
+    finally:
+        unload_and_wait(served.server, name)
+
+
+def test_a_computed_index_out_of_range_fails_its_request_alone(served: Served, computed_index_package) -> None:
+    """Indices computed from the inputs (ids * 3 + 7 into an embedding, take, scatter,
+    index_put...) pass the request's checks and fail inside the run, at the package's
+    own index checks. Before them one such request aborted the server. Now each bad
+    request of a concurrent, batched set gets its own INVALID_ARG error, the good ones
+    (whose merged batch the bad one failed) run again alone and get eager's bits, and
+    the server keeps serving."""
+    from conftest import REPO_ROOT
+
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    from examples.index_models import ComputedIndexModel, computed_index_inputs
+
+    name = "computed_index"
+    write_repository(computed_index_package.path, served.repository, name=name, max_queue_delay_us=20000)
+    served.server.load_model(name)
+    try:
+        requests = [list(computed_index_inputs(batch=1, seed=400 + i)) for i in range(8)]
+        requests[1][0][0, 3] = 331  # ids * 3 + 7 = 1000 rows
+        requests[4][1][0, 0] = -2501  # take at picks * 2 + 1 = -5001
+        requests[6][3][0, 2] = 29  # index_put at cells + 1 = 30
+        bad = {1: "embedding in 'embedding' takes indices in 0..999", 4: "take takes indices in -5000..4999",
+               6: "index_put takes indices in -30..29"}
+        before = triton_server.model_statistics(served.server.http_url, name)
+        results = send_concurrently(served, name, requests)
+        after = triton_server.model_statistics(served.server.http_url, name)
+        model = ComputedIndexModel()
+        for i, (sent, got) in enumerate(zip(requests, results)):
+            if i in bad:
+                assert isinstance(got, triton_server.ServingError) and bad[i] in str(got), got
+                assert "INVALID_ARG" in str(got.__cause__.status()), got.__cause__.status()
+                continue
+            with torch.no_grad():
+                expected = list(model(*sent))
+            assert isinstance(got, list) and same_bits(got, expected), got
+        assert after.inference_count - before.inference_count == len(requests) - len(bad)
+        assert served.server.running()
+        good = model_inputs(DEMO, "random", seed=32)
+        assert same_bits(triton_server.infer(served.server.http_url, "http", DEMO, good), good)
     finally:
         unload_and_wait(served.server, name)

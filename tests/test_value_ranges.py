@@ -110,10 +110,11 @@ def test_the_compiled_check_sits_in_an_openmp_region(lookup_package: UserPackage
     assert source.index("#pragma omp parallel") < source.index("index out of bounds: 0 <= tmp")
 
 
-def test_without_the_recorded_range_a_bad_id_aborts_the_runner(lookup_package: UserPackage, build: Build,
-                                                               tmp_path: Path) -> None:
+def test_without_the_recorded_range_the_packages_own_check_refuses_a_bad_id(lookup_package: UserPackage,
+                                                                           build: Build, tmp_path: Path) -> None:
     """The same package with its ranges removed from the spec: the runner reaches the
-    kernel, which aborts (SIGABRT, "terminate called"). This is what the check prevents."""
+    package's own index check (index_guards.py), which fails the run in serial code
+    before the kernel that would abort the process (SIGABRT, "terminate called") runs."""
     import json
 
     document = json.loads(read_package_metadata(lookup_package.path)[SPEC_KEY])
@@ -122,8 +123,12 @@ def test_without_the_recorded_range_a_bad_id_aborts_the_runner(lookup_package: U
     inputs = list(lookup_inputs())
     inputs[0][1, 3] = 5000
     result = run_cmd(build.runner, bare, "--inputs", save_tensors(tmp_path / "in.pt", inputs), preexec_fn=_no_core)
-    assert result.returncode == -6, (result.returncode, result.stderr[-2000:])
-    assert "terminate called" in result.stderr and "index out of bounds" in result.stderr
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert "terminate called" not in result.stderr
+    assert result.stderr.splitlines() == [
+        f"aoti_runner: error: running the AOTI package {bare} failed: index out of range: embedding in 'embedding' "
+        "takes indices in 0..999 (its rows, 1000); an index of input[0] (ids) is outside it. Pass inputs whose "
+        "indices fall in 0..999."]
 
 
 # --- both runners -----------------------------------------------------------------------
