@@ -71,6 +71,9 @@ _SHAPE_ONLY = {
 }
 
 
+_SIZE_OPS = {aten.sym_size.int, aten.sym_numel.default, aten.sym_stride.int, aten.sym_storage_offset.default}
+
+
 @dataclass
 class GuardReport:
     """One line per guarded index: the op, where its index comes from, the range."""
@@ -218,6 +221,8 @@ def _source(index: torch.fx.Node, user_inputs: list[str]) -> str:
         seen.add(current)
         if current.op == "placeholder" and current.name in user_inputs:
             found.add(user_inputs.index(current.name))
+        if current.op == "call_function" and current.target in _SIZE_OPS:
+            continue  # a size, not the input's values
         stack.extend(current.all_input_nodes)
     if not found:
         return "that the model computes from its own tensors"
