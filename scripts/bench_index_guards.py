@@ -69,7 +69,7 @@ def compile_both(model: nn.Module, inputs: tuple[torch.Tensor, ...], folder: Pat
             program = torch.export.export(model, inputs)
         if guarded:
             checks = len(guard_indices(program).guarded)
-        path = torch._inductor.aoti_compile_and_package(program, package_path=str(folder / f"{guarded}.pt2"))
+        path = torch._inductor.aoti_compile_and_package(program, package_path=str(folder / f"{id(model)}_{guarded}.pt2"))
         packages.append(torch._inductor.aoti_load_package(path))
     return packages[0], packages[1], checks
 
@@ -104,7 +104,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for name, (model, inputs) in models().items():
-            bare, checked, checks = compile_both(model, inputs, Path(folder) / name.split()[0])
+            bare, checked, checks = compile_both(model, inputs, Path(folder))
             with torch.no_grad():
                 leaves = [torch.utils._pytree.tree_leaves(package(*inputs)) for package in (bare, checked)]
             if any(a.contiguous().view(torch.uint8).ne(b.contiguous().view(torch.uint8)).any()
