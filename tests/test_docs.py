@@ -246,20 +246,53 @@ def test_page_commands_run_and_print_what_the_page_shows(page: Path, request: py
         assert quickstart.result.returncode == 0, quickstart.result.stdout + quickstart.result.stderr
         shutil.copy(quickstart.out_dir / "scorer.pt2", workspace / "artifacts" / "scorer.pt2")
     last: subprocess.CompletedProcess[str] | None = None
-    for block in fenced_blocks(page):
-        if block.kind == "run":
-            last = run_block(block, workspace, build)
-            assert last.returncode == 0, (f"{block.where()} exited {last.returncode}:\n{block.text}\n"
-                                          f"--- stdout\n{last.stdout}\n--- stderr\n{last.stderr}")
-            if re.search(r"^(\S*/)?(export_compile|aoti-deploy export)\b(?! onnx)", block.text, re.M):
-                # The scratch checkout holds the session's packages, so a documented
-                # export reuses one (the compile cache) rather than compiling again.
-                assert "cached: " in last.stdout, f"{block.where()}: the export compiled; make it reuse a session package"
-        elif block.kind == "output":
-            assert last is not None
-            missing = missing_output_lines(block.text, last.stdout + last.stderr)
-            assert not missing, (f"{block.where()}: the page shows lines the command did not print: {missing}\n"
-                                 f"--- printed\n{last.stdout}{last.stderr}")
+    kept: list[int] = []  # servers a page leaves running (aoti-deploy serve --keep), stopped whatever happens
+    try:
+        for block in fenced_blocks(page):
+            if block.kind == "run":
+                last = run_block(block, workspace, build)
+                kept += [int(pid) for pid in re.findall(r"^the server keeps running: pid (\d+)$", last.stdout, re.M)]
+                assert last.returncode == 0, (f"{block.where()} exited {last.returncode}:\n{block.text}\n"
+                                              f"--- stdout\n{last.stdout}\n--- stderr\n{last.stderr}")
+                if re.search(r"^(\S*/)?(export_compile|aoti-deploy export)\b(?! onnx)", block.text, re.M):
+                    # The scratch checkout holds the session's packages, so a documented
+                    # export reuses one (the compile cache) rather than compiling again.
+                    assert "cached: " in last.stdout, \
+                        f"{block.where()}: the export compiled; make it reuse a session package"
+            elif block.kind == "output":
+                assert last is not None
+                missing = missing_output_lines(block.text, last.stdout + last.stderr)
+                assert not missing, (f"{block.where()}: the page shows lines the command did not print: {missing}\n"
+                                     f"--- printed\n{last.stdout}{last.stderr}")
+        # A page that starts a server also stops it (a server finalizes its models first).
+        left = [pid for pid in kept if not _gone(pid, timeout=30.0)]
+        assert not left, f"{page_id(page)} left these servers running: {left}"
+    finally:
+        for pid in kept:
+            _stop(pid)
+
+
+def _gone(pid: int, timeout: float) -> bool:
+    """Whether the process has ended, waiting up to ``timeout`` seconds for it."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}").exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _stop(pid: int) -> None:
+    """SIGTERM a process a page left running (a failed page), and wait for it."""
+    import signal
+
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    _gone(pid, timeout=30.0)
 
 
 def test_output_matching_skips_and_orders() -> None:

@@ -5,6 +5,7 @@ bit; then stop the server, or with --keep leave it serving."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import tempfile
 import time
@@ -15,7 +16,7 @@ import typer
 from rich.markup import escape
 from rich.text import Text
 
-from ..errors import EXIT_MISMATCH, EXIT_USAGE
+from ..errors import EXIT_MISMATCH, EXIT_USAGE, AotiDeployError
 from .common import console, exit_with, verdict
 
 app = typer.Typer(add_completion=False, rich_markup_mode="rich")
@@ -45,6 +46,8 @@ def _check_line(check) -> Text:
         "change, e.g. by quieting a signalling NaN). Then the server is stopped by its PID, unless --keep.\n\n"
         "Example:\n\n"
         "  aoti-deploy serve --repository artifacts/triton_repository --model identity_conv --keep\n\n"
+        "With --keep and Triton's usual ports, clients written for a default tritonserver work unchanged:\n\n"
+        "  aoti-deploy serve --repository models --keep --http-port 8000 --grpc-port 8001 --metrics-port 8002\n\n"
         "Exit codes: 0 every output identical, 1 some differ, 2 usage error, a request failed, or the server "
         "or a model failed to start or load (the reason and the end of the server log are printed)."
     )
@@ -68,7 +71,22 @@ def serve_triton(
         typer.Option(help="Append the server's output here. Default: a new file in the temp folder.",
                      show_default=False),
     ] = None,
+    http_port: Annotated[
+        int, typer.Option(min=0, max=65535, help="The HTTP port on 127.0.0.1 (Triton's usual one is 8000). 0: a free port.")
+    ] = 0,
+    grpc_port: Annotated[
+        int, typer.Option(min=0, max=65535, help="The gRPC port on 127.0.0.1 (Triton's usual one is 8001). 0: a free port.")
+    ] = 0,
+    metrics_port: Annotated[
+        int, typer.Option(min=0, max=65535, help="The metrics port (Triton's usual one is 8002). 0: a free port.")
+    ] = 0,
+    pid_file: Annotated[
+        Optional[Path],
+        typer.Option(help="With --keep: write the server's PID here, for `kill \"$(cat FILE)\"`.", show_default=False),
+    ] = None,
 ) -> None:
+    if pid_file is not None and not keep:
+        exit_with(AotiDeployError("--pid-file is for a server left running: add --keep", kind="usage"))
     server = None
 
     def stop_on_signal(signum: int, frame: object) -> None:
@@ -91,7 +109,8 @@ def serve_triton(
             log_file = Path(name)
         started = time.perf_counter()
         # Without --keep the server also dies with this process, however it ends.
-        server.start(repository, backend_dir=backend_dir, log_file=log_file, die_with_parent=not keep)
+        server.start(repository, backend_dir=backend_dir, log_file=log_file, die_with_parent=not keep,
+                     http_port=http_port or None, grpc_port=grpc_port or None, metrics_port=metrics_port or None)
         console.print(f"tritonserver pid {server.pid}: {server.http_url} (HTTP), {server.grpc_url} (gRPC); log {log_file}")
         server.wait_ready(timeout, models=[m.name for m in models])
         console.print(
@@ -124,7 +143,10 @@ def serve_triton(
             console.print(f"  gRPC    {server.grpc_url}")
             console.print(f"  metrics {server.metrics_url}")
             console.print(f"  log     {server.log_file}")
+            console.print(f"  command {shlex.join(server.command)}")
             console.print(f"stop it with: kill {server.pid}")
+            if pid_file is not None:
+                pid_file.write_text(f"{server.pid}\n")
     finally:
         if not keep:
             code = server.stop()
