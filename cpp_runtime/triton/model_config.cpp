@@ -362,7 +362,9 @@ void check_config_against_spec(const ModelConfig& config, const aoti_runner::Pac
       for (size_t i = 0; i < tensors->size(); ++i) {
         if ((*tensors)[i].dims.size() == 1) {
           refuse(aoti_runner::tensor_label(tensors == &spec.inputs ? "input" : "output", i, *tensors) +
-                 " has no dim besides dim 0");
+                 " has no dim besides dim 0 (one value per example); Triton batches tensors with a dim after "
+                 "the batch: return it as [B, 1] (e.g. scores.unsqueeze(-1)) and export again, or set "
+                 "max_batch_size: 0 with the full shapes as dims");
         }
       }
     }

@@ -241,7 +241,9 @@ def batch_dim(spec: PackageSpec) -> tuple[DimSpec | None, str]:
     for label, tensors in (("input", spec.inputs), ("output", outputs)):
         for i, tensor in enumerate(tensors):
             if len(tensor.dims) == 1:
-                return None, f"not batched: {label} {i} has no dim besides dim 0"
+                return None, (f"not batched: {label} {i} has no dim besides dim 0 (one value per example); "
+                              "Triton batches tensors with a dim after the batch: return it as [B, 1] (e.g. "
+                              "scores.unsqueeze(-1)) and export again to serve it batched")
     if len(spec.inputs) > 1:
         wanted = {(i, 0) for i in range(len(spec.inputs))}
         if not any(wanted <= {tuple(position) for position in group} for group in spec.shared_dims):
