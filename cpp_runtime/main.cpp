@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <optional>
@@ -241,6 +242,48 @@ std::vector<int64_t> parse_shape(const std::string& text) {
   }
 }
 
+// Every option parse_args takes, for the "did you mean" of a misspelt one.
+const std::vector<std::string> kOptions = {
+    "--help", "--inputs", "--input-shape", "--outputs", "--expected", "--eager-reference", "--bitwise", "--rtol",
+    "--atol", "--op-lib", "--max-ulp", "--seed", "--malloc", "--bench", "--iterations", "--warmup", "--threads",
+    "--intra-op-threads", "--pin-threads", "--bench-json", "--trusted-key", "--require-signature", "--inspect",
+    "--list-loaded-objects"};
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) {
+    row[j] = j;
+  }
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// One line: the option, the closest known one (``_`` read as ``-``), and where the
+// rest are, so the error does not scroll away under the usage text.
+std::string unknown_option_message(const std::string& given) {
+  std::string spelled = given.substr(0, given.find('='));
+  std::replace(spelled.begin(), spelled.end(), '_', '-');
+  std::string best;
+  size_t best_distance = std::max<size_t>(3, spelled.size() / 3) + 1;
+  for (const auto& option : kOptions) {
+    const size_t distance = edit_distance(spelled, option);
+    if (distance < best_distance) {
+      best = option;
+      best_distance = distance;
+    }
+  }
+  return "unknown option " + given + "." + (best.empty() ? "" : " Did you mean " + best + "?") +
+         " Run aoti_runner --help for every option.";
+}
+
 Options parse_args(int argc, char** argv) {
   Options options;
   std::vector<std::string> positional;
@@ -306,7 +349,7 @@ Options parse_args(int argc, char** argv) {
     } else if (arg == "--list-loaded-objects") {
       options.list_loaded_objects = true;
     } else if (arg.rfind("--", 0) == 0) {
-      throw aoti_runner::RunnerError("unknown option " + arg + ".\n\n" + kUsage);
+      throw aoti_runner::RunnerError(unknown_option_message(arg));
     } else {
       positional.push_back(arg);
     }

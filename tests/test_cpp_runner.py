@@ -163,6 +163,31 @@ def test_usage_errors(build, compiled_package, args, message):
     assert message in result.stderr
 
 
+@pytest.mark.parametrize("typo, suggestion", [("--input", "--inputs"), ("--trusted_key", "--trusted-key"),
+                                              ("--bitwize", "--bitwise"), ("--bogus", None)])
+def test_a_misspelt_option_gets_one_line_with_the_closest_one(build, compiled_package, typo, suggestion):
+    """The error, a "did you mean" and a pointer to --help, not 80 lines of usage
+    under which the error scrolls away."""
+    result = run_cmd(build.runner, compiled_package.path, typo, "x")
+    assert result.returncode == 2
+    hint = f" Did you mean {suggestion}?" if suggestion else ""
+    assert result.stderr.splitlines() == [
+        f"aoti_runner: error: unknown option {typo}.{hint} Run aoti_runner --help for every option."]
+
+
+def test_every_option_can_be_suggested(build):
+    """The suggestion list in main.cpp holds every option the parser takes."""
+    import re
+
+    from conftest import REPO_ROOT
+
+    source = (REPO_ROOT / "cpp_runtime" / "main.cpp").read_text()
+    parsed = set(re.findall(r'arg == "(--[a-z-]+)"', source))
+    listed = set(re.findall(r'"(--[a-z-]+)"', source[source.index("kOptions = {"):source.index("};", source.index(
+        "kOptions = {"))]))
+    assert parsed == listed
+
+
 def test_help(build):
     result = run_cmd(build.runner, "--help")
     assert result.returncode == 0
