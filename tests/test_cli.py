@@ -442,3 +442,18 @@ def test_aoti_deploy_run_is_run_inference_as_a_subprocess(compiled_package, buil
     assert missing.returncode == 2 and "package not found" in missing.stderr, missing.stdout + missing.stderr
     unknown = run_cli("aoti-deploy", "no-such-command", cwd=tmp_path, build=build)
     assert unknown.returncode == 2 and "No such command 'no-such-command'" in unknown.stderr, unknown.stderr
+
+
+def test_flags_show_no_value_in_help() -> None:
+    """A flag takes no value: its help shows none (typer 0.29 printed `--bitwise <bool>`,
+    and `--bitwise true` then fails)."""
+    names = ["export", "run", "inspect", "compare", "matrix", "bundle", "triton-repository", "serve", "fleet",
+             "bench", "train"]
+    runner = CliRunner()
+    for name in names:
+        result = runner.invoke(cli_app, [name, "--help"], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, (name, result.output)
+        assert "<bool>" not in result.output, (name, result.output)
+    flags = runner.invoke(cli_app, ["run", "--help"], env={"COLUMNS": "200"}).output
+    assert "--bitwise " in flags and "<int" in runner.invoke(cli_app, ["serve", "--help"],
+                                                            env={"COLUMNS": "200"}).output

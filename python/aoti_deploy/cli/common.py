@@ -23,6 +23,24 @@ from ..errors import EXIT_USAGE, AotiDeployError
 from ..locate import runner_path
 from ..runtime import is_onnx_path
 
+
+def _flags_take_no_value() -> None:
+    """typer 0.29 shows a type beside every option, flags too (``--bitwise <bool>``),
+    and ``--bitwise true`` then fails: a flag takes no value, so its help shows none."""
+    option = getattr(typer.core, "TyperOption", None)
+    shown = getattr(option, "display_type_rich", None)
+    if shown is None or getattr(shown, "_flags_take_no_value", False):
+        return
+
+    def display_type_rich(self: Any, ctx: Any) -> str | None:
+        return None if getattr(self, "is_flag", False) and not getattr(self, "count", False) else shown(self, ctx)
+
+    display_type_rich._flags_take_no_value = True  # type: ignore[attr-defined]
+    option.display_type_rich = display_type_rich
+
+
+_flags_take_no_value()
+
 if TYPE_CHECKING:
     from ..package.spec import PackageSpec
     from ..verify.tolerance import Comparison, Tolerance
