@@ -3,6 +3,7 @@ carries the toolkit's metadata."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,11 @@ def compile_package(
     package_path = Path(package_path)
     package_path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with compiling_for(cpu_target) as target_configs:
+        with compiling_for(cpu_target) as target_configs, warnings.catch_warnings():
+            # torch 2.13's own packaging copies a pytree spec through a deprecated path
+            # and warns about it on every compile: not the user's business.
+            warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                    category=FutureWarning)
             written = torch._inductor.aoti_compile_and_package(
                 program,
                 package_path=str(package_path),
