@@ -50,7 +50,9 @@ against their inputs.
 
 Every OP_LIBRARY (the positional ones, then each --op-lib, in order) is dlopen'ed
 (RTLD_NOW | RTLD_GLOBAL) before the package loads, so the custom ops and torchbind
-classes it registers are there for the package. The package's recorded input
+classes it registers are there for the package. Given none, the libraries the
+package records are found as every command finds the build: the project's one at
+$AOTI_DEPLOY_OPS_LIB, each in $AOTI_DEPLOY_BUILD_DIR, else beside this runner. The package's recorded input
 specs are checked before anything runs. A package that calls ops only Python can
 run (export_compile --allow-python-ops) is refused up front.
 
@@ -240,6 +242,13 @@ std::vector<int64_t> parse_shape(const std::string& text) {
     }
     start = comma + 1;
   }
+}
+
+// The folder of this executable (the build folder, or where it was installed).
+std::string runner_dir() {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : self.parent_path().string();
 }
 
 // Every option parse_args takes, for the "did you mean" of a misspelt one.
@@ -500,7 +509,11 @@ int run(const Options& options) {
     std::cout << model.status << std::endl;  // flushed: what a watcher sees before loading starts
   }
   const auto& spec = model.spec;
-  const auto libraries = model.is_bundle ? model.op_libraries : op_library_files(options.libraries);
+  // Given none, the package's recorded libraries come from the build folder, as
+  // run_inference finds them.
+  const auto libraries = model.is_bundle               ? model.op_libraries
+                         : !options.libraries.empty() ? op_library_files(options.libraries)
+                                                      : find_recorded_op_libraries(spec.op_libraries, runner_dir());
   prepare_package(spec, libraries);
   for (const auto& lib : libraries) {
     std::cout << "loaded op library " << lib.shown << "\n";

@@ -3,6 +3,8 @@ Python runtime, and a clear message with exit 2 for every usage or load error.""
 
 from __future__ import annotations
 
+import os
+
 import zipfile
 
 import pytest
@@ -97,8 +99,30 @@ def test_bad_packages_exit_2(build, compiled_package, tmp_path, make_package, me
     assert not (tmp_path / "out.pt").exists()
 
 
-def test_without_op_library_names_the_missing_op_and_class(build, compiled_package):
-    result = run_cmd(build.runner, compiled_package.path)
+def _env_without_build_settings(**more: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("AOTI_DEPLOY_OPS_LIB", "AOTI_DEPLOY_BUILD_DIR")}
+    return {**env, **more}
+
+
+def test_without_op_library_the_runner_finds_the_recorded_one_beside_itself(build, compiled_package, tmp_path):
+    """As run_inference does: the package records libidentity_conv_ops.so, and the
+    runner's own folder is the build folder."""
+    result = run_cmd(build.runner, compiled_package.path, cwd=tmp_path, env=_env_without_build_settings())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"loaded op library {build.op_library}" in result.stdout
+
+
+def test_a_build_folder_set_in_the_environment_is_honoured(build, compiled_package, tmp_path):
+    result = run_cmd(build.runner, compiled_package.path, env=_env_without_build_settings(
+        AOTI_DEPLOY_OPS_LIB=str(tmp_path / "absent.so")))
+    assert result.returncode == 2
+    assert f"AOTI_DEPLOY_OPS_LIB is set to {tmp_path / 'absent.so'}, which does not exist" in result.stderr
+
+
+def test_without_op_library_names_the_missing_op_and_class(build, compiled_package, tmp_path):
+    """A build folder without the library: the runner names what the package needs."""
+    result = run_cmd(build.runner, compiled_package.path, env=_env_without_build_settings(
+        AOTI_DEPLOY_BUILD_DIR=str(tmp_path)))
     assert result.returncode == 2
     assert "op my_ops::identity_conv_op and class my_ops::IdentityConvClass" in result.stderr
     assert "libidentity_conv_ops.so" in result.stderr

@@ -11,9 +11,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -69,6 +72,38 @@ std::vector<OpLibraryFile> op_library_files(const std::vector<std::string>& path
     files.push_back({path, std::filesystem::path(path).filename().string(), path, ""});
   }
   return files;
+}
+
+std::vector<OpLibraryFile> find_recorded_op_libraries(const std::vector<std::string>& recorded,
+                                                      const std::string& runner_dir) {
+  static const std::string kProjectLibrary = "libidentity_conv_ops.so";
+  const char* library_env = std::getenv("AOTI_DEPLOY_OPS_LIB");
+  const char* build_env = std::getenv("AOTI_DEPLOY_BUILD_DIR");
+  std::error_code ec;
+  if (library_env != nullptr && *library_env != '\0' && !std::filesystem::is_regular_file(library_env, ec)) {
+    throw RunnerError(std::string("AOTI_DEPLOY_OPS_LIB is set to ") + library_env +
+                      ", which does not exist. Point it at " + kProjectLibrary +
+                      ", or unset it to use the build folder.");
+  }
+  if (build_env != nullptr && *build_env != '\0' && !std::filesystem::is_directory(build_env, ec)) {
+    throw RunnerError(std::string("AOTI_DEPLOY_BUILD_DIR is set to ") + build_env +
+                      ", which is not a folder. Point it at the build folder, or unset it.");
+  }
+  std::vector<OpLibraryFile> found;
+  for (const auto& name : recorded) {
+    std::filesystem::path path;
+    if (name == kProjectLibrary && library_env != nullptr && *library_env != '\0') {
+      path = library_env;
+    } else if (build_env != nullptr && *build_env != '\0') {
+      path = std::filesystem::path(build_env) / name;
+    } else {
+      path = std::filesystem::path(runner_dir) / name;
+    }
+    if (std::filesystem::is_regular_file(path, ec)) {
+      found.push_back({path.string(), name, path.string(), ""});
+    }
+  }
+  return found;
 }
 
 void load_op_libraries(const std::vector<OpLibraryFile>& libraries,

@@ -20,6 +20,15 @@ struct OpLibraryFile {
 // Op library files named by path (the user's, or a bare bundle's).
 std::vector<OpLibraryFile> op_library_files(const std::vector<std::string>& paths);
 
+// The op libraries a package records, found as every command finds the build (as
+// python/aoti_deploy/locate.py): the project's library (libidentity_conv_ops.so) at
+// $AOTI_DEPLOY_OPS_LIB; each recorded library in $AOTI_DEPLOY_BUILD_DIR; else in
+// `runner_dir`, the folder of the running aoti_runner (the build folder). For a runner
+// given no library. A variable that names no file is an error; a library found nowhere
+// is left out (the package's check of its ops then names it).
+std::vector<OpLibraryFile> find_recorded_op_libraries(const std::vector<std::string>& recorded,
+                                                      const std::string& runner_dir);
+
 // dlopen(RTLD_NOW | RTLD_GLOBAL) each library, in order; registration runs here.
 // A process may load several packages (a Triton server does), each with its own copy of
 // a library. A library with the same bytes (SHA-256) as one already loaded is not
