@@ -457,3 +457,28 @@ def test_flags_show_no_value_in_help() -> None:
     flags = runner.invoke(cli_app, ["run", "--help"], env={"COLUMNS": "200"}).output
     assert "--bitwise " in flags and "<int" in runner.invoke(cli_app, ["serve", "--help"],
                                                             env={"COLUMNS": "200"}).output
+
+
+def test_compare_pairs_dicts_by_name_and_lists_by_position(tmp_path: Path) -> None:
+    """What torch.save(pkg(...)) writes for a dict output: compared by key, whatever the
+    order, and the report says so; a dict against a list, or other names, is refused."""
+    runner = CliRunner()
+    a, b = torch.randn(2, 3), torch.arange(4)
+    torch.save({"scores": a, "ids": b}, tmp_path / "one.pt")
+    torch.save({"ids": b.clone(), "scores": a.clone()}, tmp_path / "two.pt")
+    torch.save({"scores": a, "other": b}, tmp_path / "renamed.pt")
+    same = runner.invoke(cli_app, ["compare", str(tmp_path / "one.pt"), str(tmp_path / "two.pt")])
+    assert same.exit_code == 0, same.output
+    assert "compared by name: 2 tensor(s)" in same.output and "scores (bitwise): identical" in same.output
+    changed = a.clone()
+    changed[0, 0] = -changed[0, 0]
+    torch.save({"ids": b, "scores": changed}, tmp_path / "changed.pt")
+    differ = runner.invoke(cli_app, ["compare", str(tmp_path / "one.pt"), str(tmp_path / "changed.pt")])
+    assert differ.exit_code == 1 and "scores (bitwise)" in differ.output, differ.output
+    renamed = runner.invoke(cli_app, ["compare", str(tmp_path / "one.pt"), str(tmp_path / "renamed.pt")])
+    assert renamed.exit_code == 1 and "only in" in renamed.output and "'ids'" in renamed.output, renamed.output
+    save_tensors(tmp_path / "list.pt", [a, b])
+    mixed = runner.invoke(cli_app, ["compare", str(tmp_path / "one.pt"), str(tmp_path / "list.pt")])
+    assert mixed.exit_code == 2 and "holds tensors by name" in mixed.output, mixed.output
+    lists = runner.invoke(cli_app, ["compare", str(tmp_path / "list.pt"), str(tmp_path / "list.pt")])
+    assert lists.exit_code == 0 and "compared by position: 2 tensor(s)" in lists.output, lists.output

@@ -9,10 +9,12 @@ from typing import Annotated
 
 import typer
 
-from ..errors import EXIT_MISMATCH, VerificationError
-from ..runtime.tensor_files import load_tensors
+from ..errors import EXIT_MISMATCH
+from ..runtime.tensor_files import paired_tensors
 from ..verify.tolerance import BITWISE, Tolerance, compare
-from .common import AtolOption, BitwiseOption, MaxUlpOption, RtolOption, exit_with, print_check, tolerance_override
+from .common import (
+    AtolOption, BitwiseOption, MaxUlpOption, RtolOption, console, exit_with, print_check, tolerance_override,
+)
 
 app = typer.Typer(add_completion=False, rich_markup_mode="rich")
 
@@ -22,7 +24,8 @@ app = typer.Typer(add_completion=False, rich_markup_mode="rich")
     short_help="Compare two tensor files, bit for bit or under a tolerance.",
     help=(
         "Compare two tensor files (lists of tensors written by torch.save or a runner's "
-        "--outputs): bit-for-bit by default, or under --max-ulp N or --rtol R --atol A "
+        "--outputs, or dicts of name -> tensor, e.g. torch.save of a package's dict output; dicts are compared "
+        "by name, lists by position): bit-for-bit by default, or under --max-ulp N or --rtol R --atol A "
         "(torch.testing.assert_close's rule).\n\n"
         "Exit codes: 0 identical (or within the tolerance), 1 they differ, 2 unreadable file or bad options."
     )
@@ -37,17 +40,14 @@ def compare_tensors(
 ) -> None:
     try:
         tolerance = tolerance_override(bitwise, max_ulp, rtol, atol) or Tolerance(BITWISE)
-        actual_tensors, expected_tensors = load_tensors(actual), load_tensors(expected)
-        if len(actual_tensors) != len(expected_tensors):
-            raise VerificationError(
-                f"different numbers of tensors: {actual} holds {len(actual_tensors)}, {expected} holds "
-                f"{len(expected_tensors)}"
-            )
-        comparisons = [
-            (f"tensor[{i}]", compare(a, e, tolerance)) for i, (a, e) in enumerate(zip(actual_tensors, expected_tensors))
-        ]
+        by_name, labels, actual_tensors, expected_tensors = paired_tensors(actual, expected)
+        comparisons = [(label, compare(a, e, tolerance))
+                       for label, a, e in zip(labels, actual_tensors, expected_tensors)]
     except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)
+    console.print(f"compared {'by name' if by_name else 'by position'}: "
+                  f"{len(comparisons)} tensor(s)")
     if not print_check("compare", comparisons):
         raise typer.Exit(EXIT_MISMATCH)
+
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import AotiDeployError, InputError, PackageError
+from ..errors import AotiDeployError, InputError, PackageError, VerificationError
 from ..package.zip_check import index_zip
 
 _HINT = "Write it with torch.save([tensor, ...], path) or with a runner's --outputs."
@@ -60,6 +60,42 @@ def load_tensors(path: str | Path, names: Sequence[str] = (), role: str = "input
             missing or unknown name (the message lists the expected names).
     """
     path = Path(path)
+    value = _read_value(path)
+    if isinstance(value, torch.Tensor):
+        return _known_dtypes([value], path)
+    if isinstance(value, dict):
+        return _known_dtypes(_tensors_by_name(value, names, role, path), path)
+    return _known_dtypes(_tensor_list(value, path), path)
+
+
+def read_tensors(path: str | Path) -> tuple[list[str] | None, list[torch.Tensor]]:
+    """A tensor file as it is stored: the names of a dict of name -> tensor, in the
+    file's order (None for a list, or a single tensor), and the tensors.
+
+    Raises:
+        InputError: as ``load_tensors``.
+    """
+    path = Path(path)
+    value = _read_value(path)
+    if isinstance(value, torch.Tensor):
+        return None, _known_dtypes([value], path)
+    if isinstance(value, dict):
+        keys = list(value)
+        return keys, _known_dtypes(_tensors_by_name(value, keys, "tensor", path), path)
+    return None, _known_dtypes(_tensor_list(value, path), path)
+
+
+def _tensor_list(value: object, path: Path) -> list[torch.Tensor]:
+    if not isinstance(value, (list, tuple)):
+        raise InputError(f"tensor file {path} holds a {type(value).__name__}, expected a list of tensors.\n{_HINT}")
+    for i, item in enumerate(value):
+        if not isinstance(item, torch.Tensor):
+            raise InputError(f"tensor file {path}: element {i} is of type {type(item).__name__}, expected a tensor.")
+    return list(value)
+
+
+def _read_value(path: Path) -> object:
+    """What a checked tensor file holds, as torch.load returns it."""
     if not path.is_file():
         raise InputError(f"tensor file not found: {path}\n{_HINT}")
     if path.stat().st_size == 0:
@@ -79,16 +115,7 @@ def load_tensors(path: str | Path, names: Sequence[str] = (), role: str = "input
         value = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as error:  # the unpickler raises many types on a foreign archive
         raise _not_a_tensor_file(path, _load_failure(error)) from error
-    if isinstance(value, torch.Tensor):
-        return _known_dtypes([value], path)
-    if isinstance(value, dict):
-        return _known_dtypes(_tensors_by_name(value, names, role, path), path)
-    if not isinstance(value, (list, tuple)):
-        raise InputError(f"tensor file {path} holds a {type(value).__name__}, expected a list of tensors.\n{_HINT}")
-    for i, item in enumerate(value):
-        if not isinstance(item, torch.Tensor):
-            raise InputError(f"tensor file {path}: element {i} is of type {type(item).__name__}, expected a tensor.")
-    return _known_dtypes(list(value), path)
+    return value
 
 
 def _known_dtypes(tensors: list[torch.Tensor], path: Path) -> list[torch.Tensor]:
@@ -146,3 +173,37 @@ def _tensors_by_name(value: dict, names: Sequence[str], role: str, path: Path) -
             "with exactly these names, or a list in this order."
         )
     return [value[name] for name in names]
+
+
+def paired_tensors(actual: str | Path, expected: str | Path) -> tuple[bool, list[str], list[torch.Tensor], list[torch.Tensor]]:
+    """Two tensor files' tensors, paired for a comparison: by name when both hold
+    dicts (the same names), by position when both hold lists (the same count).
+
+    Returns:
+        Whether they were paired by name, a label for each pair (the name, or
+        ``tensor[i]``), and the two files' tensors in pair order.
+
+    Raises:
+        VerificationError: other names, or another count.
+        InputError: a dict against a list, or a file ``read_tensors`` refuses.
+    """
+    actual_names, actual_tensors = read_tensors(actual)
+    expected_names, expected_tensors = read_tensors(expected)
+    if (actual_names is None) != (expected_names is None):
+        named, listed = (actual, expected) if actual_names is not None else (expected, actual)
+        raise InputError(f"{named} holds tensors by name and {listed} a list; compare two files of one kind "
+                                "(torch.save a dict in both, or a list in both)")
+    if actual_names is not None and expected_names is not None:
+        if set(actual_names) != set(expected_names):
+            only_actual = [n for n in actual_names if n not in expected_names]
+            only_expected = [n for n in expected_names if n not in actual_names]
+            raise VerificationError(f"the two files name other tensors: only in {actual}: {only_actual or 'none'}; "
+                                    f"only in {expected}: {only_expected or 'none'}")
+        by_name = dict(zip(expected_names, expected_tensors))
+        return True, list(actual_names), actual_tensors, [by_name[name] for name in actual_names]
+    if len(actual_tensors) != len(expected_tensors):
+        raise VerificationError(
+            f"different numbers of tensors: {actual} holds {len(actual_tensors)}, {expected} holds "
+            f"{len(expected_tensors)}"
+        )
+    return False, [f"tensor[{i}]" for i in range(len(actual_tensors))], actual_tensors, expected_tensors
