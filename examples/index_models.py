@@ -165,3 +165,40 @@ def computed_index_model() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """The module and its example inputs (int64, in range, batch 2). Export with
     --dynamic-dim 0.0,1.0,2.0,3.0,4.0,5.0,6.0,7.0=1:8 for a batch of 1 to 8."""
     return ComputedIndexModel(), computed_index_inputs()
+
+
+class LateIndexModel(nn.Module):
+    """Indices that only become indexing later, or that are read from a tensor:
+
+    - ``logits`` [6, 5], ``targets`` [6]: ``cross_entropy(logits, targets + 1)``, whose
+      gather Inductor's decompositions make (valid targets -1..3, and -101, the ignored
+      index -100 less one);
+    - ``grid`` [4, 2, 9], ``mask`` [4, 2] bool, ``cols`` [K]: ``grid[mask, cols * 2] = 1``, where
+      the two-dim mask covers dims 0 and 1, so ``cols * 2`` indexes dim 2 (valid cols -4..4);
+    - ``row`` [] int64: ``table[row.item() + 1]`` (valid row -11..8).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.arange(60.0).view(10, 6))
+
+    def forward(self, logits: torch.Tensor, targets: torch.Tensor, grid: torch.Tensor, mask: torch.Tensor,
+                cols: torch.Tensor, row: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        loss = nn.functional.cross_entropy(logits, targets + 1, reduction="none")
+        marked = grid.clone()
+        marked[mask, cols * 2] = 1.0
+        picked = self.table[row.item() + 1]
+        return loss, marked, picked
+
+
+def late_index_inputs() -> tuple[torch.Tensor, ...]:
+    """In-range inputs of LateIndexModel (a mask with three True, so three cols)."""
+    generator = torch.Generator().manual_seed(6)
+    mask = torch.tensor([[True, False], [False, True], [False, False], [True, False]])
+    return (torch.randn(6, 5, generator=generator), torch.tensor([-1, 0, 1, 2, 3, -101]),
+            torch.zeros(4, 2, 9), mask, torch.tensor([-4, 0, 4]), torch.tensor(8))
+
+
+def late_index_model() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """The module and its example inputs (static shapes)."""
+    return LateIndexModel(), late_index_inputs()

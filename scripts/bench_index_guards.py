@@ -68,7 +68,8 @@ def compile_both(model: nn.Module, inputs: tuple[torch.Tensor, ...], folder: Pat
         with torch.no_grad():
             program = torch.export.export(model, inputs)
         if guarded:
-            checks = len(guard_indices(program).guarded)
+            program, report = guard_indices(program)
+            checks = len(report.guarded)
         path = torch._inductor.aoti_compile_and_package(program, package_path=str(folder / f"{id(model)}_{guarded}.pt2"))
         packages.append(torch._inductor.aoti_load_package(path))
     return packages[0], packages[1], checks

@@ -223,6 +223,16 @@ def computed_index_package(tmp_path_factory: pytest.TempPathFactory) -> UserPack
     return UserPackage(out / "model.pt2", out / "ref", code, output)
 
 
+@pytest.fixture(scope="session")
+def late_index_package(tmp_path_factory: pytest.TempPathFactory) -> UserPackage:
+    """The package whose indices become indexing only in Inductor's decompositions
+    (cross_entropy's gather), follow a two-dim bool mask, or are read with .item()."""
+    out = tmp_path_factory.mktemp("late_index")
+    code, output = _export(["--model", "examples.index_models:late_index_model", "--output", str(out / "model.pt2")])
+    assert code == 0, output
+    return UserPackage(out / "model.pt2", out / "ref", code, output)
+
+
 def run_cmd(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
     """Run a command with text output captured; never raises on a non-zero exit."""
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300, **kwargs)

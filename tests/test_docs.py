@@ -186,13 +186,17 @@ def test_synopsis_options_exist(block: Block, build: Build) -> None:
 
 def _workspace(root: Path, build: Build, package: CompiledPackage) -> Path:
     """A folder laid out as a checkout after ./scripts/demo.sh: the session's build and
-    venv, the examples, and the suite's demo package (2x3x8x12) as artifacts/model.pt2."""
+    venv, the examples, and the suite's demo package (2x3x8x12) as artifacts/model.pt2
+    (and as artifacts/small.pt2, which README and signed-bundles.md export)."""
     root.mkdir(parents=True)
     (root / "build").symlink_to(build.dir)
     (root / ".venv").symlink_to(Path(sys.prefix))
     (root / "examples").symlink_to(REPO_ROOT / "examples")
     (root / "artifacts").mkdir()
     shutil.copy(package.path, root / "artifacts" / "model.pt2")
+    # The pages that export the demo model at 2x3x8x12 write it beside the demo's
+    # package, under its own name (a copy: a documented export is a cache hit).
+    shutil.copy(package.path, root / "artifacts" / "small.pt2")
     return root
 
 

@@ -24,7 +24,9 @@ from aoti_deploy.verify.bits import bit_view
 
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
-from examples.index_models import ComputedIndexModel, computed_index_inputs  # noqa: E402
+from examples.index_models import (  # noqa: E402
+    ComputedIndexModel, LateIndexModel, computed_index_inputs, late_index_inputs,
+)
 
 # input, position, bad value, what the one line says (which op, its range, the source).
 BAD_VALUES = {
@@ -111,6 +113,48 @@ def test_a_computed_index_out_of_range_fails_with_one_line(case: str, computed_i
     assert not (tmp_path / "py.pt").exists() and not (tmp_path / "cpp.pt").exists()
 
 
+# input, position (None for a 0-d input), bad value, what the one line says.
+LATE_BAD_VALUES = {
+    "cross_entropy's target, after Inductor's decomposition": (
+        1, (2,), 4, "gather (of nll_loss_forward) takes indices in 0..4 (dim 1, 5); an index computed from input[1] "
+                    "(targets) is outside it"),
+    "an index after a two-dim bool mask, checked against dim 2": (
+        4, (1,), 5, "index_put takes indices in -9..8 (dim 2, 9); an index computed from input[4] (cols)"),
+    "an index read with .item()": (
+        5, None, 9, "select takes indices in -10..9 (dim 0, 10); an index computed from input[5] (row)"),
+}
+
+
+def test_late_indices_in_range_run_with_eagers_bits(late_index_package: UserPackage, build: Build,
+                                                    tmp_path: Path) -> None:
+    """Including a col of 4 (index 8), valid for dim 2 though not for the mask's dims."""
+    inputs = list(late_index_inputs())
+    with torch.no_grad():
+        eager = list(LateIndexModel()(*inputs))
+    py, cpp = _run_both(build, late_index_package.path, tmp_path, save_tensors(tmp_path / "in.pt", inputs))
+    assert py.returncode == 0, py.stdout + py.stderr
+    assert cpp.returncode == 0, cpp.stdout + cpp.stderr
+    assert _same_bits(torch.load(tmp_path / "py.pt"), eager)
+    assert _same_bits(torch.load(tmp_path / "cpp.pt"), eager)
+
+
+@pytest.mark.parametrize("case", list(LATE_BAD_VALUES))
+def test_a_late_index_out_of_range_fails_with_one_line(case: str, late_index_package: UserPackage, build: Build,
+                                                       tmp_path: Path) -> None:
+    i, position, value, words = LATE_BAD_VALUES[case]
+    inputs = list(late_index_inputs())
+    if position is None:
+        inputs[i] = torch.tensor(value)
+    else:
+        inputs[i][position] = value
+    with pytest.raises((IndexError, RuntimeError)):  # eager refuses it too
+        LateIndexModel()(*inputs)
+    py, cpp = _run_both(build, late_index_package.path, tmp_path, save_tensors(tmp_path / "in.pt", inputs))
+    for result in (py, cpp):
+        assert result.returncode == 2, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
+        assert result.stderr.count("\n") == 1 and words in result.stderr, result.stderr
+
+
 # --- the pass and the scan, without a compile --------------------------------------------
 
 class _Lookups(torch.nn.Module):
@@ -127,13 +171,13 @@ def test_the_pass_names_the_op_the_input_and_the_range() -> None:
     model = _Lookups()
     program = torch.export.export(model, (ids, offset, table),
                                   dynamic_shapes=({}, {}, {0: torch.export.Dim("rows", min=2, max=9)}))
-    report = guard_indices(program)
+    program, report = guard_indices(program)
     assert len(report.messages) == 3, report.messages
     embedding, indexing, gather = report.messages
     assert "embedding in 'emb' takes indices in 0..9 (its rows, 10); an index of input[0] (ids) is outside" \
         in embedding
     # A table whose size is dynamic: the check reads the size at run time.
-    assert "index takes indices in -size s" in indexing and "computed from input[0] (ids), input[1] (offset)" \
+    assert "index takes indices in -N..N-1 (dim 0, N = the size of dim 0 at run time)" in indexing and "computed from input[0] (ids), input[1] (offset)" \
         in indexing
     assert "gather takes indices in 0..4 (dim 1, 5); an index of input[0] (ids)" in gather
     assert sum(1 for n in program.graph.nodes if n.target is torch.ops.aten._assert_async.msg) == 3

@@ -61,6 +61,8 @@ for _op in _overloads(aten.index, "Tensor") + _overloads(aten.index_put, "defaul
 for _op in _overloads(aten.take, "default") + _overloads(aten.put, "default"):
     _RULES[_op] = IndexRule(dim_arg=None, index_arg=1, wraps=True)
 
+_RULES_PACKETS = {op.overloadpacket for op in _RULES}
+
 # Ops whose first argument's values pass through unchanged: an index that comes from
 # an input through these alone is that input's values, not computed from them.
 _SHAPE_ONLY = {
@@ -88,9 +90,23 @@ class GuardReport:
         return f"{len(self.guarded)} index check(s)" if self.guarded else "no indexing ops"
 
 
-def guard_indices(program: torch.export.ExportedProgram) -> GuardReport:
-    """Add a bounds check before every indexing op of ``program``, in place."""
+def guard_indices(program: torch.export.ExportedProgram) -> tuple[torch.export.ExportedProgram, GuardReport]:
+    """A bounds check before every indexing op of ``program``: first on the graph as
+    exported, by eager's rule for each op (``index_select`` refuses a negative index,
+    though Inductor turns it into indexing that wraps); then on the graph decomposed
+    as Inductor will decompose it, for what becomes indexing only there (e.g.
+    ``cross_entropy``'s gather, ``max_unpool2d``'s index_put), skipping indices
+    already checked. Returns the decomposed program and what was checked."""
+    from torch._inductor.decomposition import select_decomp_table
+
     report = GuardReport()
+    _guard_graph(program, report)
+    program = program.run_decompositions(select_decomp_table())
+    _guard_graph(program, report)
+    return program, report
+
+
+def _guard_graph(program: torch.export.ExportedProgram, report: GuardReport) -> None:
     graph = program.graph_module.graph
     user_inputs = [
         spec.arg.name
@@ -98,6 +114,9 @@ def guard_indices(program: torch.export.ExportedProgram) -> GuardReport:
         if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT
     ]
     for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is aten.select.int and _is_data_dependent(node.args[2]):
+            _guard_scalar_index(graph, node, user_inputs, report)
+            continue
         if node.op != "call_function" or node.target not in _RULES:
             continue
         rule = _RULES[node.target]
@@ -108,13 +127,17 @@ def guard_indices(program: torch.export.ExportedProgram) -> GuardReport:
         if rule.dim_arg is None and isinstance(node.args[rule.index_arg], (list, tuple)):
             # Tensor indexing: one index per dim (None for a full slice).
             indices = list(node.args[rule.index_arg])
-            for dim, index in enumerate(indices):
-                if _is_index(index):
-                    indices[dim] = _guard(graph, node, table, dim, index, rule, where, user_inputs, report)
+            dim = 0  # the table's dim the next index applies to: a k-dim bool mask covers k dims
+            for position, index in enumerate(indices):
+                if _is_index(index) and not _already_checked(index):
+                    indices[position] = _guard(graph, node, table, dim, index, rule, where, user_inputs, report)
+                fake = getattr(index, "meta", {}).get("val") if isinstance(index, torch.fx.Node) else None
+                is_mask = isinstance(fake, torch.Tensor) and fake.dtype in (torch.bool, torch.uint8)
+                dim += max(fake.dim(), 1) if is_mask else 1
             node.args = _replace(node.args, rule.index_arg, indices)
             continue
         index = node.args[rule.index_arg]
-        if not _is_index(index):
+        if not _is_index(index) or _already_checked(index):
             continue
         if rule.dim_arg is not None:
             dim = node.args[rule.dim_arg] if len(node.args) > rule.dim_arg else node.kwargs.get("dim")
@@ -130,7 +153,89 @@ def guard_indices(program: torch.export.ExportedProgram) -> GuardReport:
     graph.lint()
     program.graph_module.recompile()
     program.validate()
-    return report
+
+
+# What a check is made of, between an index and its assert.
+_CHECK_OPS = {aten.ge, aten.lt, aten.logical_and, aten.bitwise_and, aten.all, aten.any, aten.logical_not}
+
+
+def _already_checked(index: torch.fx.Node) -> bool:
+    """``index`` is one a check of ours covers: it feeds the check itself (an extern
+    kernel's index), or it is the ``where(valid, index, 0)`` of one (after the
+    decompositions, which keep the check's nodes)."""
+    starts = [index]
+    if getattr(index.target, "overloadpacket", None) is aten.where and index.args:
+        starts.append(index.args[0])
+    frontier = [n for n in starts if isinstance(n, torch.fx.Node)]
+    for _ in range(8):
+        following = []
+        for node in frontier:
+            for user in node.users:
+                if user.target is aten._assert_async.msg and str(user.args[1]).startswith(GUARD_PREFIX):
+                    return True
+                if getattr(user.target, "overloadpacket", None) in _CHECK_OPS:
+                    following.append(user)
+        frontier = following
+    return False
+
+
+def _is_data_dependent(value: object) -> bool:
+    """A graph value that is an integer read from a tensor (``.item()``) or computed
+    from one: no export-time bound holds it, and the compiled code reads with it
+    unchecked (a select's offset)."""
+    fake = value.meta.get("val") if isinstance(value, torch.fx.Node) else None
+    if not isinstance(fake, torch.SymInt):
+        return False
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    return bool(free_unbacked_symbols(fake))
+
+
+def _guard_scalar_index(graph: torch.fx.Graph, node: torch.fx.Node, user_inputs: list[str],
+                        report: GuardReport) -> None:
+    """``select(table, dim, k)`` with ``k`` read from a tensor: the same check on ``k``
+    as a 0-d tensor, and the select reads ``where(valid, k, 0).item()``, so that no
+    kernel reads with ``k`` before the check ran (eager's rule: negatives wrap)."""
+    table, dim, index = node.args[0], node.args[1], node.args[2]
+    fake_table = table.meta["val"]
+    dim %= max(fake_table.dim(), 1)
+    size = fake_table.shape[dim]
+    if not isinstance(size, int) and not size.node.expr.is_number:
+        return  # a dynamic table: rare with a data-dependent index; Inductor's own code then runs
+    size = int(size)
+    where = _op_name(node)
+    message = _message(where, node, index, dim, str(size), _SELECT_RULE, user_inputs)
+    with graph.inserting_before(node):
+        as_tensor = graph.call_function(aten.scalar_tensor.default, (index,), {"dtype": torch.int64})
+        at_least = graph.call_function(aten.ge.Scalar, (as_tensor, -size))
+        below = graph.call_function(aten.lt.Scalar, (as_tensor, size))
+        valid = graph.call_function(aten.logical_and.default, (at_least, below))
+        check = graph.call_function(aten._assert_async.msg, (valid, message))
+        safe = graph.call_function(aten.where.ScalarOther, (valid, as_tensor, 0))
+        read = graph.call_function(aten.item.default, (safe,))
+    fake_index = index.meta["val"]
+    shape_env = fake_index.node.shape_env
+    with fake_table.fake_mode:
+        as_tensor.meta["val"] = torch.empty((), dtype=torch.int64)
+        for added in (at_least, below, valid):
+            added.meta["val"] = torch.empty((), dtype=torch.bool)
+        check.meta["val"] = None
+        safe.meta["val"] = torch.empty((), dtype=torch.int64)
+        # The read's value is a new unbacked symbol; bound here, as export binds its own.
+        read.meta["val"] = aten.item.default(safe.meta["val"])
+    from torch.fx.experimental.symbolic_shapes import compute_unbacked_bindings
+
+    read.meta["unbacked_bindings"] = compute_unbacked_bindings(shape_env, read.meta["val"])
+    for added in (as_tensor, at_least, below, valid, check, safe, read):
+        for key in ("stack_trace", "nn_module_stack", "source_fn_stack"):
+            if key in node.meta:
+                added.meta[key] = node.meta[key]
+    node.args = (table, node.args[1], read)
+    report.guarded.append(f"{node.name}: {where}")
+    report.messages.append(message)
+
+
+_SELECT_RULE = IndexRule(dim_arg=1, index_arg=2, wraps=True)
 
 
 def _runs_as_extern_kernel(op: object) -> bool:
@@ -163,7 +268,7 @@ def _guard(graph: torch.fx.Graph, node: torch.fx.Node, table: torch.fx.Node, dim
                 (table,) if dim is None else (table, dim))
             bound.meta["val"] = size
             new.append(bound)
-            size_text = f"size {size}"
+            size_text = "its size at run time" if dim is None else f"the size of dim {dim} at run time"
             if rule.wraps:
                 low = graph.call_function(operator.neg, (bound,))
                 low.meta["val"] = -size
@@ -208,7 +313,8 @@ def _message(where: str, node: torch.fx.Node, index: torch.fx.Node, dim: int | N
         n = int(size)
         valid = f"{-n}..{n - 1}" if rule.wraps else f"0..{n - 1}"
     else:
-        valid = f"-{size}..{size} - 1" if rule.wraps else f"0..{size} - 1"
+        valid = "-N..N-1" if rule.wraps else "0..N-1"
+        size = f"N = {size}"
     if dim is None:
         of = "its elements"
     elif node.target in _overloads(aten.embedding, "default") or rule.table_arg != 0 or (
@@ -227,7 +333,7 @@ def _source(index: torch.fx.Node, user_inputs: list[str]) -> str:
     model's own tensors."""
     node = index
     while node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
-            and node.target.overloadpacket in _SHAPE_ONLY and node.args:
+            and node.target.overloadpacket in _SHAPE_ONLY and node.args and _keeps_integers(node):
         node = node.args[0]
     if node.op == "placeholder" and node.name in user_inputs:
         return f"of input[{user_inputs.index(node.name)}] ({node.name})"
@@ -249,10 +355,21 @@ def _source(index: torch.fx.Node, user_inputs: list[str]) -> str:
     return "computed from " + ", ".join(f"input[{i}] ({user_inputs[i]})" for i in sorted(found))
 
 
+def _keeps_integers(node: torch.fx.Node) -> bool:
+    """The op's input holds integers too: a conversion from a float computes values."""
+    source = node.args[0]
+    fake = getattr(source, "meta", {}).get("val") if isinstance(source, torch.fx.Node) else None
+    return isinstance(fake, torch.Tensor) and not fake.dtype.is_floating_point and not fake.dtype.is_complex
+
+
 def _op_name(node: torch.fx.Node) -> str:
     """The op and, where it sits in a submodule, the module's path: ``embedding in
     'encoder.embed'``."""
     name = node.target.overloadpacket.__name__.strip("_")
+    original = node.meta.get("original_aten")
+    packet = getattr(original, "overloadpacket", None)
+    if packet is not None and packet is not node.target.overloadpacket and packet not in _RULES_PACKETS:
+        name += f" (of {packet.__name__.strip('_')})"
     stack = node.meta.get("nn_module_stack") or {}
     path = next(reversed(stack.values()))[0] if stack else ""
     path = re.sub(r"^L\['self'\]\.?|^L__self___?", "", str(path))

@@ -549,7 +549,8 @@ def _export_and_compile_package(
         # The ranges follow inputs straight into index ops, so they are read before
         # the guards put a check between the two.
         inputs = record_value_ranges(program, input_specs(program), config.input_values)
-        guards = guard_indices(program)
+        graph_text = str(program.graph)  # the user's graph, before the checks and Inductor's decompositions
+        program, guards = guard_indices(program)
 
     with stage("compile"):
         spec = PackageSpec(
@@ -584,7 +585,7 @@ def _export_and_compile_package(
             staging.unlink(missing_ok=True)
             raise
 
-    return calls, str(program.graph), package_path, staging
+    return calls, graph_text, package_path, staging
 
 
 def _record(comparison: Comparison) -> dict[str, Any]:
