@@ -294,3 +294,21 @@ def test_inductor_configs_are_checked_recorded_and_shown_by_both_inspectors(tmp_
     assert cpp.returncode == 0, cpp.stderr
     assert "inductor configs: cpp.threads=2, freezing=true" in cpp.stdout.splitlines()
     assert package.verify((torch.randn(2, 8),), against="cpp").bit_identical
+
+
+def test_export_stages_go_to_the_logger_and_the_callback(caplog) -> None:
+    """Progress for an API user: each stage to the aoti_deploy logger (INFO), with the
+    time the one before took, and to on_stage."""
+    import logging
+
+    from aoti_deploy.api import _logged_stages
+
+    seen: list[str] = []
+    stage = _logged_stages(seen.append)
+    with caplog.at_level(logging.INFO, logger="aoti_deploy"):
+        stage("export")
+        stage("compile")
+    assert seen == ["export", "compile"]
+    lines = [record.getMessage() for record in caplog.records if record.name == "aoti_deploy"]
+    assert lines[0] == "export: export" and lines[-1] == "export: compile"
+    assert any(line.startswith("export: export took ") and line.endswith(" s") for line in lines)

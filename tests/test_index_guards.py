@@ -203,3 +203,24 @@ def test_the_scan_refuses_a_check_inside_a_parallel_region(tmp_path: Path) -> No
         check_guards_outside_parallel(_package_with_kernel(tmp_path, inside), ["any"])
     between = f"void k() {{\n    #pragma omp parallel\n    {{\n    }}\n    {{\n        {throw}\n    }}\n}}\n"
     check_guards_outside_parallel(_package_with_kernel(tmp_path, between), ["any"])
+
+
+def test_checks_called_from_the_wrapper_refuse_with_the_message(tmp_path: Path) -> None:
+    """The compile's second way, taken when Inductor merges a check's kernel into a
+    parallel region (a BERT did): every check a call from the wrapper, none in a kernel,
+    and a bad index refused with the toolkit's message."""
+    from aoti_deploy.compiler.index_guards import asserts_outside_kernels, guards_in_parallel_regions
+
+    ids, offset, table = torch.tensor([[1, 2]]), torch.tensor([[0, 1]]), torch.randn(4, 5)
+    model = _Lookups()
+    program, report = guard_indices(torch.export.export(model, (ids, offset, table)))
+    with asserts_outside_kernels():
+        path = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "wrapper.pt2"))
+    with zipfile.ZipFile(path) as archive:
+        kernels = "\n".join(archive.read(n).decode() for n in archive.namelist() if n.endswith(".cpp"))
+    assert GUARD_PREFIX not in kernels and not guards_in_parallel_regions(path)
+    compiled = torch._inductor.aoti_load_package(path)
+    with torch.no_grad():  # compiled against eager: torch.testing's tolerance (sums reorder)
+        torch.testing.assert_close(compiled(ids, offset, table), model(ids, offset, table))
+    with pytest.raises(RuntimeError, match="^index out of range: gather takes indices in 0..4"):
+        compiled(torch.tensor([[1, 5]]), torch.tensor([[0, -3]]), table)

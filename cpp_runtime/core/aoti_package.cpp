@@ -97,10 +97,11 @@ class StderrHold {
   }
   StderrHold(const StderrHold&) = delete;
   StderrHold& operator=(const StderrHold&) = delete;
-  ~StderrHold() { release(""); }
+  ~StderrHold() { release(false); }
 
-  // Restores stderr and writes what was held, less one line "Error: <echo>".
-  void release(const std::string& echo) {
+  // Restores stderr and writes what was held; after a failed run, less the runtime's
+  // echo of the error.
+  void release(bool failed) {
     if (held_ < 0) {
       return;
     }
@@ -116,11 +117,28 @@ class StderrHold {
       }
     }
     close_fds();
-    if (!echo.empty()) {
-      const std::string line = "Error: " + echo + "\n";
-      if (const auto at = text.find(line); at != std::string::npos) {
-        text.erase(at, line.size());
+    if (failed) {
+      // The runtime's echo is one line "Error: <what>" (its message, or the failed
+      // call when the error came from a call out of the wrapper); a message may run on
+      // over more lines (a backtrace), up to the next line the run printed.
+      std::string kept;
+      bool in_echo = false;
+      size_t start = 0;
+      while (start < text.size()) {
+        const size_t end = std::min(text.find('\n', start), text.size());
+        const std::string line = text.substr(start, end - start);
+        if (line.rfind("Error: ", 0) == 0) {
+          in_echo = true;
+        } else if (in_echo && (line.rfind("Exception raised from", 0) == 0 || line.rfind("frame #", 0) == 0 ||
+                               line.empty())) {
+          // still the echo's backtrace
+        } else {
+          in_echo = false;
+          kept.append(line).append("\n");
+        }
+        start = end + 1;
       }
+      text = kept;
     }
     std::cerr << text << std::flush;
   }
@@ -147,10 +165,10 @@ std::vector<at::Tensor> run_package(const std::string& path, const std::vector<a
   StderrHold hold;
   try {
     auto outputs = loader->run(inputs);
-    hold.release("");
+    hold.release(false);
     return outputs;
   } catch (const std::exception& e) {
-    hold.release(e.what());
+    hold.release(true);
     rethrow_with_context("running the AOTI package " + (shown.empty() ? path : shown) + " failed", e, "");
   }
 }

@@ -4,6 +4,7 @@ with the model's own arguments. Everything the CLIs do goes through these stages
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import tempfile
@@ -156,7 +157,9 @@ def export(
         device: "cpu" (default) or "cuda".
         force: rebuild even if ``package_path`` holds a package built from the same
             inputs (otherwise it is reused, after the same check).
-        on_stage: called with each stage's name as it starts (progress).
+        on_stage: called with each stage's name as it starts (progress). The stages
+            also go to the ``aoti_deploy`` logger at INFO, silent unless logging is
+            configured (``logging.basicConfig(level=logging.INFO)``).
 
     Returns:
         The verified Package; ``report`` holds the comparison against eager.
@@ -193,8 +196,8 @@ def export(
         verify=check,
         inductor_configs=dict(inductor_configs or {}),
     )
-    build = export_and_compile(config, on_stage, model=eager, example=call, dynamic_shapes=dynamic_shapes,
-                               program=program)
+    build = export_and_compile(config, _logged_stages(on_stage), model=eager, example=call,
+                               dynamic_shapes=dynamic_shapes, program=program)
     report = _build_report(build) if check else None
     if not build.written:
         error = VerificationError(
@@ -207,6 +210,27 @@ def export(
     package = Package(build.package_path, build.spec, report=report, model=eager, example=call)
     package._libraries = list(build.op_libraries)
     return package
+
+
+_log = logging.getLogger("aoti_deploy")
+
+
+def _logged_stages(on_stage: Callable[[str], None] | None) -> Callable[[str], None]:
+    """Each stage to the ``aoti_deploy`` logger (INFO, with the time the last one
+    took; silent until the application configures logging, e.g.
+    ``logging.basicConfig(level=logging.INFO)``), then to ``on_stage``."""
+    started = [time.perf_counter(), ""]
+
+    def stage(name: str) -> None:
+        now = time.perf_counter()
+        if started[1]:
+            _log.info("export: %s took %.1f s", started[1], now - started[0])
+        _log.info("export: %s", name)
+        started[:] = [now, name]
+        if on_stage is not None:
+            on_stage(name)
+
+    return stage
 
 
 def _build_report(build: Any) -> Report:

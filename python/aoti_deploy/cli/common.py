@@ -181,10 +181,27 @@ def verdict(passed: bool) -> Text:
     return Text("PASSED", style="bold green") if passed else Text("FAILED", style="bold red")
 
 
+def _without_runtime_echo(text: str) -> str:
+    """``text`` less the AOTI runtime's echo of a failed run: a line "Error: <what>"
+    (its message, or the failed call when the error came from a call out of the
+    wrapper) and the backtrace lines a message may run on with (as
+    cpp_runtime/core/aoti_package.cpp's StderrHold)."""
+    kept, in_echo = [], False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("Error: "):
+            in_echo = True
+        elif in_echo and (line.startswith(("Exception raised from", "frame #")) or not line.strip()):
+            pass
+        else:
+            in_echo = False
+            kept.append(line)
+    return "".join(kept)
+
+
 @contextmanager
 def held_stderr() -> Iterator[None]:
     """Hold this process's stderr (fd 2) in memory for one package run, and give it
-    back without the "Error: <message>" line that the AOTI runtime compiled into every
+    back without the "Error: ..." echo that the AOTI runtime compiled into every
     package prints before it raises: the CLI reports that error in its own line.
     Anything else the run printed passes on. For a single-threaded CLI only: fd 2 is
     the whole process's."""
@@ -207,9 +224,8 @@ def held_stderr() -> Iterator[None]:
         held.seek(0)
         text = held.read().decode("utf-8", "replace")
         held.close()
-        cause = error.__cause__ if error is not None and error.__cause__ is not None else error
-        for line in str(cause).splitlines()[:1] if cause is not None else []:
-            text = text.replace(f"Error: {line}\n", "", 1)
+        if error is not None:
+            text = _without_runtime_echo(text)
         sys.stderr.write(text)
         sys.stderr.flush()
 

@@ -2,8 +2,8 @@
 index inside the kernel that reads with it, often within ``#pragma omp parallel``,
 where a C++ exception ends the process. Before each indexing op of the exported
 graph this pass adds a check of all the op's indices: a reduction to one bool, then
-``_assert_async`` with the toolkit's message, which Inductor compiles to a throw in
-serial code between loops. The op itself gets ``where(valid, index, 0)``, so its own
+``_assert_async`` with the toolkit's message, compiled as a call from the wrapper
+(``asserts_outside_kernels``), outside every kernel. The op itself gets ``where(valid, index, 0)``, so its own
 kernel never meets a bad index, whichever order the compiled kernels run in; valid
 indices pass unchanged, so the bits are eager's. ``check_guards_outside_parallel``
 then proves, on the compiled kernels, that no guard's throw sits in a parallel region.
@@ -11,8 +11,10 @@ then proves, on the compiled kernels, that no guard's throw sits in a parallel r
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import re
+from collections.abc import Iterator
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -387,27 +389,64 @@ def _replace(args: tuple, position: int, value: object) -> tuple:
     return tuple(value if i == position else arg for i, arg in enumerate(args))
 
 
-def check_guards_outside_parallel(package_path: str | Path, messages: list[str]) -> None:
-    """Refuse a package in whose compiled kernels a guard's throw sits inside an
-    OpenMP parallel region, where it would end the process instead of failing the run.
+@contextlib.contextmanager
+def asserts_outside_kernels() -> Iterator[None]:
+    """Compile every ``_assert_async`` as a call from the wrapper (through AOTI's proxy
+    executor, to eager's kernel, which raises the message), not as Inductor's
+    lowering: that one puts the throw in a generated kernel, which Inductor may merge
+    with parallel loops into one ``#pragma omp parallel`` region (seen in a BERT),
+    where the throw ends the process."""
+    import logging
 
-    Raises:
-        CompileError: a guard's message inside ``#pragma omp parallel``.
-    """
-    if not messages:
-        return
+    from torch._inductor import lowering
+
+    op = aten._assert_async.msg
+    saved = lowering.lowerings.get(op)
+    lowering.lowerings[op] = lowering.fallback_handler(op, add_to_fallback_set=False)
+    # Inductor warns that the op has no C shim and goes through the proxy executor: that
+    # is the point here.
+    ir_log = logging.getLogger("torch._inductor.ir")
+    level = ir_log.level
+    ir_log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        ir_log.setLevel(level)
+        if saved is None:
+            lowering.lowerings.pop(op, None)
+        else:
+            lowering.lowerings[op] = saved
+
+
+def guards_in_parallel_regions(package_path: str | Path) -> list[str]:
+    """The lines of the package's generated kernels where a check's throw sits inside
+    an OpenMP parallel region (there it would end the process, not fail the run)."""
     with zipfile.ZipFile(package_path) as archive:
         sources = [archive.read(name).decode("utf-8", "replace") for name in archive.namelist()
                    if name.endswith(".cpp")]
+    found = []
     for source in sources:
         lines = source.splitlines()
-        for number in _lines_in_parallel_regions(lines):
-            if GUARD_PREFIX in lines[number] and "throw" in lines[number]:
-                raise CompileError(
-                    f"an index check was compiled inside an OpenMP parallel region (line {number + 1} of a "
-                    f"generated kernel), where its error would end the process: {lines[number].strip()[:200]}. "
-                    f"This torch ({torch.__version__}) schedules kernels in a way the toolkit does not support; "
-                    "report it with the model.")
+        found += [lines[n].strip() for n in _lines_in_parallel_regions(lines)
+                  if GUARD_PREFIX in lines[n] and "throw" in lines[n]]
+    return found
+
+
+def check_guards_outside_parallel(package_path: str | Path, messages: list[str]) -> None:
+    """Refuse a package in whose compiled kernels a check's throw sits inside an
+    OpenMP parallel region.
+
+    Raises:
+        CompileError: a check's message inside ``#pragma omp parallel``.
+    """
+    if not messages:
+        return
+    found = guards_in_parallel_regions(package_path)
+    if found:
+        raise CompileError(
+            f"an index check was compiled inside an OpenMP parallel region of a generated kernel, where its error "
+            f"would end the process: {found[0][:200]}. This torch ({torch.__version__}) compiles checks in a way "
+            "the toolkit does not support; report it with the model.")
 
 
 def _lines_in_parallel_regions(lines: list[str]) -> list[int]:
