@@ -45,8 +45,11 @@ BAD_VALUES = {
                                      "computed from input[5] (spots) is outside it"),
     "gather at cols - 2": (6, (1, 2), 9, "gather takes indices in 0..6 (dim 1, 7); an index computed from input[6] "
                            "(cols) is outside it"),
-    "embedding_bag at bags * 2": (7, (1, 0), 25, "embedding_bag in 'bag' takes indices in 0..49 (its rows, 50); an "
-                                  "index computed from input[7] (bags) is outside it"),
+}
+# An op Inductor runs as an extern kernel (eager's code) checks its own indices, outside
+# any parallel region, in ATen's words: exit 2 and one line all the same.
+EXTERN_BAD_VALUES = {
+    "embedding_bag at bags * 2": (7, (1, 0), 25, "Expected i < index_size to be true"),
 }
 
 
@@ -67,8 +70,10 @@ def _run_both(build: Build, package: Path, tmp: Path, inputs: Path) -> tuple[obj
 
 
 def test_the_package_records_its_checks(computed_index_package: UserPackage) -> None:
-    # 10 indices: one for each op, two for index_put (the batch rows and the cells).
-    assert read_package_spec(computed_index_package.path).optimizations.endswith("; 10 index check(s)")
+    # 9 indices: one for each op but embedding_bag (an extern kernel, which checks its
+    # own), two for index_put (the batch rows and the cells).
+    assert read_package_spec(computed_index_package.path).optimizations.endswith(
+        "; 9 index check(s), 1 op(s) checking their own (extern kernels)")
 
 
 def test_every_check_throws_outside_a_parallel_region(computed_index_package: UserPackage) -> None:
@@ -78,7 +83,7 @@ def test_every_check_throws_outside_a_parallel_region(computed_index_package: Us
         kernels = "\n".join(archive.read(n).decode() for n in archive.namelist() if n.endswith(".cpp"))
     throws = [line for line in kernels.splitlines() if GUARD_PREFIX in line and "throw" in line]
     ops = ["embedding in 'embedding'", "take", "scatter", "scatter_add", "index_put", "index_select", "index",
-           "gather", "embedding_bag in 'bag'"]
+           "gather"]
     for op in ops:
         assert any(f"{GUARD_PREFIX}: {op} takes" in line for line in throws), op
     check_guards_outside_parallel(computed_index_package.path, ["any"])
@@ -94,6 +99,18 @@ def test_good_values_at_every_bound_run_with_eagers_bits(computed_index_package:
     assert cpp.returncode == 0, cpp.stdout + cpp.stderr
     assert _same_bits(torch.load(tmp_path / "py.pt"), eager)
     assert _same_bits(torch.load(tmp_path / "cpp.pt"), eager)
+
+
+@pytest.mark.parametrize("case", list(EXTERN_BAD_VALUES))
+def test_an_extern_kernels_bad_index_fails_with_one_line(case: str, computed_index_package: UserPackage,
+                                                         build: Build, tmp_path: Path) -> None:
+    i, position, value, words = EXTERN_BAD_VALUES[case]
+    inputs = list(computed_index_inputs())
+    inputs[i][position] = value
+    py, cpp = _run_both(build, computed_index_package.path, tmp_path, save_tensors(tmp_path / "in.pt", inputs))
+    for result in (py, cpp):
+        assert result.returncode == 2, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
+        assert result.stderr.count("\n") == 1 and words in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize("case", list(BAD_VALUES))
