@@ -312,3 +312,25 @@ def test_export_stages_go_to_the_logger_and_the_callback(caplog) -> None:
     lines = [record.getMessage() for record in caplog.records if record.name == "aoti_deploy"]
     assert lines[0] == "export: export" and lines[-1] == "export: compile"
     assert any(line.startswith("export: export took ") and line.endswith(" s") for line in lines)
+
+
+def test_an_api_export_leaves_sys_path_alone(tmp_path: Path) -> None:
+    """From a project folder that holds a Triton model repository named triton/, an
+    API export used to put the folder first on sys.path, and torch then imported that
+    folder as the triton package. The API never changes sys.path (only the CLIs'
+    --model and --fake-module read the working folder)."""
+    import subprocess
+    import sys
+
+    project = tmp_path / "project"
+    (project / "triton" / "model" / "1").mkdir(parents=True)
+    script = tmp_path / "export_here.py"
+    script.write_text(
+        "import os, sys, torch, aoti_deploy\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())\n"
+        "package = aoti_deploy.export(model, (torch.randn(2, 4),), package_path='model.pt2')\n"
+        "print('exported', package.path.name, 'cwd on sys.path:', os.getcwd() in sys.path or '' in sys.path)\n"
+    )
+    result = subprocess.run([sys.executable, str(script)], cwd=project, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "exported model.pt2 cwd on sys.path: False" in result.stdout

@@ -15,7 +15,9 @@ from ..bench.compile_time import compile_time_table
 from ..bench.triton import (TritonBench, triton_latency_table, triton_targets, triton_threads_note,
                             triton_throughput_table)
 from ..errors import EXIT_MISMATCH, AotiDeployError
-from .common import OpLibOption, RunnerOption, console, exit_with, require_runner, step_progress
+from .common import (
+    OpLibOption, RunnerOption, console, exit_with, put_working_folder_on_path, require_runner, step_progress,
+)
 
 app = typer.Typer(add_completion=False, rich_markup_mode="rich")
 
@@ -155,6 +157,7 @@ def benchmark(
     runner: RunnerOption = None,
     op_lib: OpLibOption = None,
 ) -> None:
+    put_working_folder_on_path()
     from ..compiler.onnx_export import onnx_wanted
 
     if package is not None:

@@ -181,6 +181,16 @@ def verdict(passed: bool) -> Text:
     return Text("PASSED", style="bold green") if passed else Text("FAILED", style="bold red")
 
 
+def put_working_folder_on_path() -> None:
+    """Resolve --model and --fake-module names from the working folder first, as
+    ``python -m`` does. The CLIs only: the API never changes ``sys.path`` (a folder
+    named like an installed package, e.g. a Triton repository in ``triton/``, would
+    shadow it)."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+
+
 def _without_runtime_echo(text: str) -> str:
     """``text`` less the AOTI runtime's echo of a failed run: a line "Error: <what>"
     (its message, or the failed call when the error came from a call out of the

@@ -38,6 +38,7 @@ from .common import (
     RtolOption,
     console,
     exit_with,
+    put_working_folder_on_path,
     step_progress,
     tolerance_override,
 )
@@ -347,6 +348,7 @@ def export_compile(
         ),
     ] = None,
 ) -> None:
+    put_working_folder_on_path()
     try:
         # Refused before the build: a bundle option that cannot work would waste it.
         if sign_key is not None and bundle is None:

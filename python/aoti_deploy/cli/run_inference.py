@@ -23,6 +23,7 @@ from .common import (
     exit_with,
     held_stderr,
     print_check,
+    put_working_folder_on_path,
     run_without_teardown,
     tolerance_override,
     verdict,
@@ -119,6 +120,7 @@ def run_inference(
         typer.Option("--require-signature", help="Refuse unsigned bundles and bare packages.", show_default=False),
     ] = False,
 ) -> None:
+    put_working_folder_on_path()
     # The stages import torch: here, not at module level, so --help starts without it.
     try:
         from ..package.spec import tensor_label, tensor_names

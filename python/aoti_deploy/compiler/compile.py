@@ -3,8 +3,9 @@ carries the toolkit's metadata."""
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,16 @@ from .cpu_target import check_compiled_isa, compiling_for
 
 # Settings the toolkit sets itself: a user's value would break what it records.
 _RESERVED = ("aot_inductor.metadata", "aot_inductor.package", "aot_inductor.output_path", "cpp.vec_isa_ok")
+
+
+@contextlib.contextmanager
+def quiet_pytree_deprecation() -> Iterator[None]:
+    """torch 2.13 copies a pytree spec through a deprecated path when it packages a
+    program or decomposes one, and warns about it each time: not the user's business."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                category=FutureWarning)
+        yield
 
 
 def check_inductor_configs(configs: Mapping[str, Any]) -> dict[str, bool | int | str]:
@@ -78,11 +89,7 @@ def compile_package(
     package_path = Path(package_path)
     package_path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with compiling_for(cpu_target) as target_configs, warnings.catch_warnings():
-            # torch 2.13's own packaging copies a pytree spec through a deprecated path
-            # and warns about it on every compile: not the user's business.
-            warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-                                    category=FutureWarning)
+        with compiling_for(cpu_target) as target_configs, quiet_pytree_deprecation():
             written = torch._inductor.aoti_compile_and_package(
                 program,
                 package_path=str(package_path),

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from ..errors import CompileError
+from .compile import quiet_pytree_deprecation
 
 aten = torch.ops.aten
 
@@ -106,7 +107,8 @@ def guard_indices(program: torch.export.ExportedProgram) -> tuple[torch.export.E
 
     report = GuardReport()
     _guard_graph(program, report)
-    program = program.run_decompositions(select_decomp_table())
+    with quiet_pytree_deprecation():
+        program = program.run_decompositions(select_decomp_table())
     report.extern.clear()  # counted on the graph Inductor compiles
     _guard_graph(program, report)
     return program, report

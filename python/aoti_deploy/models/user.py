@@ -5,7 +5,6 @@ default; everything here works for any exportable module."""
 from __future__ import annotations
 
 import importlib
-import os
 import re
 import sys
 from collections.abc import Sequence
@@ -47,13 +46,13 @@ class DynamicDim:
 
 
 def import_modules(names: Sequence[str], what: str = "--fake-module") -> None:
-    """Import each module (e.g. one that registers fakes or Python ops), resolving
-    names from the current directory first, as ``python -m`` would.
+    """Import each module (e.g. one that registers fakes or Python ops) from
+    ``sys.path``, which this never changes (the CLIs put the working folder on it, as
+    ``python -m`` would: ``cli.common.put_working_folder_on_path``).
 
     Raises:
         ModelError: the module cannot be imported; torch's or Python's reason included.
     """
-    _put_cwd_on_path()
     for name in names:
         try:
             importlib.import_module(name)
@@ -139,8 +138,3 @@ def flatten_outputs(value: object) -> list[torch.Tensor]:
 def _types(values: object) -> str:
     return ", ".join(type(v).__name__ for v in values) if isinstance(values, tuple) else type(values).__name__
 
-
-def _put_cwd_on_path() -> None:
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
