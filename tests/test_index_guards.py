@@ -69,6 +69,17 @@ def _run_both(build: Build, package: Path, tmp: Path, inputs: Path) -> tuple[obj
     return py, cpp
 
 
+def _assert_both_give_eagers_bits(model: torch.nn.Module, inputs: list[torch.Tensor], package: UserPackage,
+                                  build: Build, tmp_path: Path) -> None:
+    with torch.no_grad():
+        eager = list(model(*inputs))
+    py, cpp = _run_both(build, package.path, tmp_path, save_tensors(tmp_path / "in.pt", inputs))
+    assert py.returncode == 0, py.stdout + py.stderr
+    assert cpp.returncode == 0, cpp.stdout + cpp.stderr
+    assert _same_bits(torch.load(tmp_path / "py.pt"), eager)
+    assert _same_bits(torch.load(tmp_path / "cpp.pt"), eager)
+
+
 def test_the_package_records_its_checks(computed_index_package: UserPackage) -> None:
     # 9 indices: one for each op but embedding_bag (an extern kernel, which checks its
     # own), two for index_put (the batch rows and the cells).
@@ -91,14 +102,8 @@ def test_every_check_throws_outside_a_parallel_region(computed_index_package: Us
 
 def test_good_values_at_every_bound_run_with_eagers_bits(computed_index_package: UserPackage, build: Build,
                                                         tmp_path: Path) -> None:
-    inputs = list(computed_index_inputs(batch=3, seed=12))
-    with torch.no_grad():
-        eager = list(ComputedIndexModel()(*inputs))
-    py, cpp = _run_both(build, computed_index_package.path, tmp_path, save_tensors(tmp_path / "in.pt", inputs))
-    assert py.returncode == 0, py.stdout + py.stderr
-    assert cpp.returncode == 0, cpp.stdout + cpp.stderr
-    assert _same_bits(torch.load(tmp_path / "py.pt"), eager)
-    assert _same_bits(torch.load(tmp_path / "cpp.pt"), eager)
+    _assert_both_give_eagers_bits(ComputedIndexModel(), list(computed_index_inputs(batch=3, seed=12)),
+                                  computed_index_package, build, tmp_path)
 
 
 @pytest.mark.parametrize("case", list(EXTERN_BAD_VALUES))
@@ -145,14 +150,7 @@ LATE_BAD_VALUES = {
 def test_late_indices_in_range_run_with_eagers_bits(late_index_package: UserPackage, build: Build,
                                                     tmp_path: Path) -> None:
     """Including a col of 4 (index 8), valid for dim 2 though not for the mask's dims."""
-    inputs = list(late_index_inputs())
-    with torch.no_grad():
-        eager = list(LateIndexModel()(*inputs))
-    py, cpp = _run_both(build, late_index_package.path, tmp_path, save_tensors(tmp_path / "in.pt", inputs))
-    assert py.returncode == 0, py.stdout + py.stderr
-    assert cpp.returncode == 0, cpp.stdout + cpp.stderr
-    assert _same_bits(torch.load(tmp_path / "py.pt"), eager)
-    assert _same_bits(torch.load(tmp_path / "cpp.pt"), eager)
+    _assert_both_give_eagers_bits(LateIndexModel(), list(late_index_inputs()), late_index_package, build, tmp_path)
 
 
 @pytest.mark.parametrize("case", list(LATE_BAD_VALUES))
