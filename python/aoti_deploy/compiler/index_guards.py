@@ -1,12 +1,14 @@
 """Every indirect index checked where an error can be caught. Inductor checks an
 index inside the kernel that reads with it, often within ``#pragma omp parallel``,
-where a C++ exception ends the process. Before each indexing op of the exported
-graph this pass adds a check of all the op's indices: a reduction to one bool, then
-``_assert_async`` with the toolkit's message, compiled as a call from the wrapper
-(``asserts_outside_kernels``), outside every kernel. The op itself gets ``where(valid, index, 0)``, so its own
-kernel never meets a bad index, whichever order the compiled kernels run in; valid
-indices pass unchanged, so the bits are eager's. ``check_guards_outside_parallel``
-then proves, on the compiled kernels, that no guard's throw sits in a parallel region.
+where a C++ exception ends the process. Before each indexing op of the exported graph
+(and of the graph as Inductor decomposes it) this pass adds a check of all the op's
+indices: a reduction to one bool, then ``_assert_async`` with the toolkit's message.
+The op itself reads ``where(valid, index, 0)``, so its own kernel never meets a bad
+index, whichever order the compiled kernels run in; valid indices pass unchanged, so
+the bits are eager's. Inductor compiles the assert to a throw in serial code; the
+compile stage reads the kernels back (``guards_in_parallel_regions``) and, where
+Inductor merged one into a parallel region, compiles again with every assert a call
+from the wrapper (``asserts_outside_kernels``).
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from __future__ import annotations
 import contextlib
 import operator
 import re
-from collections.abc import Iterator
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
