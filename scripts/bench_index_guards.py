@@ -18,6 +18,7 @@ import statistics
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 import torch
@@ -28,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "python"))
 
 from aoti_deploy.compiler.index_guards import (  # noqa: E402
-    asserts_outside_kernels, guard_indices, guards_in_parallel_regions,
+    GUARD_PREFIX, compile_with_checks_outside_parallel, guard_indices,
 )
 
 modes: dict[int, str] = {}  # how each model's checks were compiled, where not in its kernels
@@ -74,14 +75,21 @@ def compile_both(model: nn.Module, inputs: tuple[torch.Tensor, ...], folder: Pat
         if guarded:
             program, report = guard_indices(program)
             checks = len(report.guarded)
-        path = torch._inductor.aoti_compile_and_package(program, package_path=str(folder / f"{id(model)}_{guarded}.pt2"))
-        if guarded and guards_in_parallel_regions(path):  # as the toolkit's compile does
-            with asserts_outside_kernels():
-                path = torch._inductor.aoti_compile_and_package(
-                    program, package_path=str(folder / f"{id(model)}_{guarded}.pt2"))
+        target = str(folder / f"{id(model)}_{guarded}.pt2")
+        path = compile_with_checks_outside_parallel(  # as the toolkit's compile does
+            lambda: Path(torch._inductor.aoti_compile_and_package(program, package_path=target)),
+            report.messages if guarded else [])
+        if guarded and report.messages and not guards_in_kernels(path):
             modes[id(model)] = "called from the wrapper"
         packages.append(torch._inductor.aoti_load_package(path))
     return packages[0], packages[1], checks
+
+
+def guards_in_kernels(path: Path) -> bool:
+    """Whether the package's generated kernels hold the checks (else the wrapper calls them)."""
+    with zipfile.ZipFile(path) as archive:
+        return any(GUARD_PREFIX in archive.read(n).decode("utf-8", "replace")
+                   for n in archive.namelist() if n.endswith(".cpp") and "wrapper" not in n)
 
 
 def p50(package: object, inputs: tuple[torch.Tensor, ...], runs: int) -> float:

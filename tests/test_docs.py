@@ -18,6 +18,7 @@ The comment right before a block says what it is:
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import re
 import shutil
@@ -249,10 +250,12 @@ def test_page_commands_run_and_print_what_the_page_shows(page: Path, request: py
         quickstart = request.getfixturevalue("api_quickstart")
         assert quickstart.result.returncode == 0, quickstart.result.stdout + quickstart.result.stderr
         shutil.copy(quickstart.out_dir / "scorer.pt2", workspace / "artifacts" / "scorer.pt2")
+    ports = _free_ports_for(text)
     last: subprocess.CompletedProcess[str] | None = None
     kept: list[int] = []  # servers a page leaves running (aoti-deploy serve --keep), stopped whatever happens
     try:
         for block in fenced_blocks(page):
+            block = dataclasses.replace(block, text=_with_ports(block.text, ports))
             if block.kind == "run":
                 last = run_block(block, workspace, build)
                 kept += [int(pid) for pid in re.findall(r"^the server keeps running: pid (\d+)$", last.stdout, re.M)]
@@ -274,6 +277,23 @@ def test_page_commands_run_and_print_what_the_page_shows(page: Path, request: py
     finally:
         for pid in kept:
             _stop(pid)
+
+
+# Triton's usual ports, which triton.md serves on: free loopback ports in their place
+# here, so the page's server can never clash with another process.
+TRITON_PORTS = ("8000", "8001", "8002")
+
+
+def _free_ports_for(text: str) -> dict[str, str]:
+    if "--http-port 8000" not in text:
+        return {}
+    from aoti_deploy.serve.triton_server import free_ports
+
+    return dict(zip(TRITON_PORTS, (str(port) for port in free_ports(len(TRITON_PORTS)))))
+
+
+def _with_ports(text: str, ports: dict[str, str]) -> str:
+    return re.sub(r"\b(8000|8001|8002)\b", lambda m: ports[m.group(1)], text) if ports else text
 
 
 def _gone(pid: int, timeout: float) -> bool:

@@ -17,7 +17,7 @@ import contextlib
 import operator
 import re
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,7 +125,8 @@ def _guard_graph(program: torch.export.ExportedProgram, report: GuardReport) -> 
     ]
     for node in list(graph.nodes):
         if node.op == "call_function" and node.target is aten.select.int and _is_data_dependent(node.args[2]):
-            _guard_scalar_index(graph, node, user_inputs, report)
+            if not _read_from_checked(node.args[2]):
+                _guard_scalar_index(graph, node, user_inputs, report)
             continue
         if node.op != "call_function" or node.target not in _RULES:
             continue
@@ -193,6 +194,13 @@ def _already_checked(index: torch.fx.Node) -> bool:
                     following.append(user)
         frontier = following
     return False
+
+
+def _read_from_checked(index: torch.fx.Node) -> bool:
+    """A scalar index read (``.item()``) from a tensor a check of ours covers: the
+    first pass's select, seen again after the decompositions."""
+    source = index.args[0] if index.op == "call_function" and index.args else None
+    return isinstance(source, torch.fx.Node) and _already_checked(source)
 
 
 def _is_data_dependent(value: object) -> bool:
@@ -437,6 +445,23 @@ def guards_in_parallel_regions(package_path: str | Path) -> list[str]:
         found += [lines[n].strip() for n in _lines_in_parallel_regions(lines)
                   if GUARD_PREFIX in lines[n] and "throw" in lines[n]]
     return found
+
+
+def compile_with_checks_outside_parallel(compile: Callable[[], Path], messages: list[str]) -> Path:
+    """Run ``compile`` (which writes a package and returns its path); where Inductor
+    merged a check's throw into a parallel region, run it again with every check a call
+    from the wrapper (a proxy call each, about 2 us).
+
+    Raises:
+        CompileError: a check's throw still inside a parallel region.
+    """
+    path = compile()
+    if not messages or not guards_in_parallel_regions(path):
+        return path
+    with asserts_outside_kernels():
+        path = compile()
+    check_guards_outside_parallel(path, messages)
+    return path
 
 
 def check_guards_outside_parallel(package_path: str | Path, messages: list[str]) -> None:

@@ -38,9 +38,7 @@ from .export import (
 from ..models.identity import IDENTITY_CLASS, MODEL_VARIANTS, IdentityModel, IdentityOutModel
 from ..ops.loader import LIBRARY_NAME, libraries_for, load_op_libraries, load_op_library, namespaces_by_library
 from .optimize import optimize_program
-from .index_guards import (
-    asserts_outside_kernels, check_guards_outside_parallel, guard_indices, guards_in_parallel_regions,
-)
+from .index_guards import compile_with_checks_outside_parallel, guard_indices
 from .value_ranges import record_value_ranges
 from ..package.archive import read_package_spec, rewrite_package_metadata
 from ..package.dtypes import DEFAULT_RANDOM_VALUES, DTYPES, INPUT_DTYPES, INTEGER_DTYPES, dtype_name
@@ -580,14 +578,9 @@ def _export_and_compile_package(
         # passed: a failed build never replaces (or destroys) a good package.
         staging = _staging_path(config.output)
         try:
-            package_path = compile_package(program, staging, spec, config.cpu_target, config.inductor_configs)
-            if guards.messages and guards_in_parallel_regions(package_path):
-                # Inductor merged a check's kernel into a parallel region: compile again
-                # with every check called from the wrapper (a proxy call each, about 2 us).
-                with asserts_outside_kernels():
-                    package_path = compile_package(program, staging, spec, config.cpu_target,
-                                                   config.inductor_configs)
-            check_guards_outside_parallel(package_path, guards.messages)
+            package_path = compile_with_checks_outside_parallel(
+                lambda: compile_package(program, staging, spec, config.cpu_target, config.inductor_configs),
+                guards.messages)
             _record_called_ops(package_path, spec, calls, config)
         except BaseException:
             staging.unlink(missing_ok=True)
