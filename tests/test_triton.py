@@ -753,6 +753,29 @@ def test_rolling_through_package_versions_keeps_two_idle_packages(served: Served
     assert served.server.running()
 
 
+def _bad_requests_fail_alone(served: Served, name: str, model: torch.nn.Module, requests: list[list[torch.Tensor]],
+                             bad: dict[int, str], seed: int, status: str | None = None) -> None:
+    """Send ``requests`` concurrently: each of ``bad`` (position -> words) gets its own
+    error (of ``status``, when given), every other one eager's bits, and the server
+    keeps serving the demo model."""
+    before = triton_server.model_statistics(served.server.http_url, name)
+    results = send_concurrently(served, name, requests)
+    after = triton_server.model_statistics(served.server.http_url, name)
+    for i, (sent, got) in enumerate(zip(requests, results)):
+        if i in bad:
+            assert isinstance(got, triton_server.ServingError) and bad[i] in str(got), got
+            if status is not None:
+                assert status in str(got.__cause__.status()), got.__cause__.status()
+            continue
+        with torch.no_grad():
+            expected = list(model(*sent))
+        assert isinstance(got, list) and same_bits(got, expected), got
+    assert after.inference_count - before.inference_count == len(requests) - len(bad)
+    assert served.server.running()
+    good = model_inputs(DEMO, "random", seed=seed)
+    assert same_bits(triton_server.infer(served.server.http_url, "http", DEMO, good), good)
+
+
 def test_an_index_out_of_range_fails_its_request_alone(served: Served, lookup_package) -> None:
     """Concurrent requests of one shape to a batching model whose integer inputs index
     tensors, two of them with an index out of range. Before the value check, one such
@@ -782,21 +805,7 @@ def test_an_index_out_of_range_fails_its_request_alone(served: Served, lookup_pa
                "embedding rows 0..999).",
             5: f"{tensor_label('input', 3, specs)}: value -10 at [0, 1] is outside [-9, 8]",
         }
-        before = triton_server.model_statistics(served.server.http_url, name)
-        results = send_concurrently(served, name, requests)
-        after = triton_server.model_statistics(served.server.http_url, name)
-        model = LookupModel()
-        for i, (sent, got) in enumerate(zip(requests, results)):
-            if i in bad:
-                assert isinstance(got, triton_server.ServingError) and bad[i] in str(got), got
-                continue
-            with torch.no_grad():
-                expected = list(model(*sent))
-            assert isinstance(got, list) and same_bits(got, expected), got
-        assert after.inference_count - before.inference_count == len(requests) - len(bad)
-        assert served.server.running()
-        good = model_inputs(DEMO, "random", seed=31)
-        assert same_bits(triton_server.infer(served.server.http_url, "http", DEMO, good), good)
+        _bad_requests_fail_alone(served, name, LookupModel(), requests, bad, seed=31)
     finally:
         unload_and_wait(served.server, name)
 
@@ -860,21 +869,6 @@ def test_a_computed_index_out_of_range_fails_its_request_alone(served: Served, c
         requests[6][3][0, 2] = 29  # index_put at cells + 1 = 30
         bad = {1: "embedding in 'embedding' takes indices in 0..999", 4: "take takes indices in -5000..4999",
                6: "index_put takes indices in -30..29"}
-        before = triton_server.model_statistics(served.server.http_url, name)
-        results = send_concurrently(served, name, requests)
-        after = triton_server.model_statistics(served.server.http_url, name)
-        model = ComputedIndexModel()
-        for i, (sent, got) in enumerate(zip(requests, results)):
-            if i in bad:
-                assert isinstance(got, triton_server.ServingError) and bad[i] in str(got), got
-                assert "INVALID_ARG" in str(got.__cause__.status()), got.__cause__.status()
-                continue
-            with torch.no_grad():
-                expected = list(model(*sent))
-            assert isinstance(got, list) and same_bits(got, expected), got
-        assert after.inference_count - before.inference_count == len(requests) - len(bad)
-        assert served.server.running()
-        good = model_inputs(DEMO, "random", seed=32)
-        assert same_bits(triton_server.infer(served.server.http_url, "http", DEMO, good), good)
+        _bad_requests_fail_alone(served, name, ComputedIndexModel(), requests, bad, seed=32, status="INVALID_ARG")
     finally:
         unload_and_wait(served.server, name)
