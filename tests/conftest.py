@@ -288,8 +288,8 @@ def parity_matrix(tmp_path_factory: pytest.TempPathFactory, build: Build, op_lib
     """The full parity matrix, once: 4 dtypes x static/dynamic x random/special, with
     the ONNX column when the ONNX extra is installed. Its packages (e.g.
     model_float32_dynamic.pt2) are shared with other tests."""
-    from aoti_deploy.compiler.onnx_export import missing_onnx_packages
-    from aoti_deploy.verify.parity import run_matrix
+    from aoti_deploy.runtime.onnx_extra import missing_onnx_packages
+    from aoti_deploy.bench.parity import run_matrix
 
     work_dir = tmp_path_factory.mktemp("parity")
     return work_dir, run_matrix(work_dir, build.runner, op_library, onnx=not missing_onnx_packages())
@@ -297,7 +297,7 @@ def parity_matrix(tmp_path_factory: pytest.TempPathFactory, build: Build, op_lib
 
 @pytest.fixture(scope="session")
 def dynamic_package(parity_matrix) -> Path:
-    """float32, batch 1..8, height and width 1..64 (see aoti_deploy.verify.parity)."""
+    """float32, batch 1..8, height and width 1..64 (see aoti_deploy.bench.parity)."""
     work_dir, _ = parity_matrix
     return work_dir / "model_float32_dynamic.pt2"
 

@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 import aoti_deploy as ad
-from aoti_deploy.compiler.structure import load_treespec, output_names
+from aoti_deploy.compiler.structure import output_names
+from aoti_deploy.runtime.treespec import load_treespec
 from aoti_deploy.verify.bits import bit_view
 from conftest import REPO_ROOT, Build, QuickstartRun
 
@@ -218,7 +219,7 @@ def test_python_only_ops_are_refused_with_the_fix(tmp_path: Path) -> None:
 ])
 def test_bad_arguments_are_refused_before_export(args, kwargs, message, tmp_path: Path) -> None:
     if message is None:  # a list of arguments is a tuple's equal
-        from aoti_deploy.compiler.structure import CallInputs
+        from aoti_deploy.models.call import CallInputs
 
         assert isinstance(CallInputs.of(args).args, tuple)
         return

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from aoti_deploy.cli.export_compile import app as export_compile_app
 from aoti_deploy.cli.run_inference import app as run_inference_app
 from aoti_deploy.models.identity import IdentityModel
-from aoti_deploy.compiler.onnx_export import missing_onnx_packages
+from aoti_deploy.runtime.onnx_extra import missing_onnx_packages
 from aoti_deploy.verify.special_values import special_values
 from aoti_deploy.runtime.tensor_files import save_tensors
 from aoti_deploy.verify.bits import bit_view
@@ -346,7 +346,7 @@ def test_inspect_package_reads_onnx_files(onnx_files):
 def test_the_parity_matrix_onnx_column(parity_matrix):
     """float32 and float16: the portable file in onnxruntime has eager's bits in every
     cell, special values included. bfloat16 and float64: n/a, with the reason."""
-    from aoti_deploy.verify.parity import ONNX_PAIR, cell_passed
+    from aoti_deploy.bench.parity import ONNX_PAIR, cell_passed
 
     _, results = parity_matrix
     for cell in results:
@@ -362,7 +362,7 @@ def test_the_parity_matrix_onnx_column(parity_matrix):
 def test_a_differing_onnx_column_fails_the_cell(parity_matrix):
     from dataclasses import replace
 
-    from aoti_deploy.verify.parity import ONNX_PAIR, cell_passed
+    from aoti_deploy.bench.parity import ONNX_PAIR, cell_passed
     from aoti_deploy.verify.bits import BitReport
 
     _, results = parity_matrix

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from aoti_deploy.cli.main import app as cli_app
 from aoti_deploy.models.identity import IdentityModel
 from aoti_deploy.package.dtypes import DTYPES
-from aoti_deploy.verify.parity import (
+from aoti_deploy.bench.parity import (
     IDENTITY_PAIR,
     RUNTIME_PAIRS,
     attribute_layers,
@@ -72,7 +72,7 @@ def test_cell_fails_when_a_runtime_pair_differs(parity_matrix):
 def test_cell_fails_on_unexplained_or_random_input_deviations(parity_matrix):
     from dataclasses import replace
 
-    from aoti_deploy.verify.parity import LayerChange
+    from aoti_deploy.bench.parity import LayerChange
     from aoti_deploy.verify.bits import BitReport
 
     _, results = parity_matrix

@@ -244,7 +244,7 @@ def test_benchmark_tiny_run_writes_json_markdown_and_png(build, op_library, tmp_
     data = json.loads((tmp_path / "bench.json").read_text(), parse_constant=reject)
     (size,) = data["sizes"]
     assert size["shape"] == [1, 3, 16, 16]
-    from aoti_deploy.compiler.onnx_export import missing_onnx_packages
+    from aoti_deploy.runtime.onnx_extra import missing_onnx_packages
 
     # The ONNX path is measured by default whenever the ONNX extra is installed.
     onnx = [] if missing_onnx_packages() else ["ONNX (onnxruntime)"]

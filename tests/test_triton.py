@@ -23,7 +23,7 @@ import torch
 
 from aoti_deploy.package.archive import read_package_metadata, read_package_spec
 from aoti_deploy.package.spec import SPEC_KEY
-from aoti_deploy.package.bundle import write_bundle
+from aoti_deploy.package.bundle_writer import write_bundle
 from aoti_deploy.runtime.tensor_files import save_tensors
 from aoti_deploy.verify.bits import bit_view
 from aoti_deploy.verify.special_values import special_values
@@ -166,7 +166,7 @@ def same_bits(actual: list[torch.Tensor], expected: list[torch.Tensor]) -> bool:
     )
 
 
-# Shapes in each model's range (the matrix packages: see verify/parity.py).
+# Shapes in each model's range (the matrix packages: see bench/parity.py).
 SHAPES = {
     DEMO: [((2, 3, 8, 12), torch.float32)],
     SIGNED: [((2, 3, 8, 12), torch.float32)],

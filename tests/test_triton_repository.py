@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from conftest import Build, CompiledPackage, edit_spec, run_cli, skip_or_fail_without_triton
 from aoti_deploy.cli.main import app as cli_app
 from aoti_deploy.errors import AotiDeployError, PackageError
-from aoti_deploy.package import bundle as bundle_module
+from aoti_deploy.package import bundle_writer as bundle_module
 from aoti_deploy.package.archive import read_package_spec
 from aoti_deploy.package.spec import DimSpec, PackageSpec, TensorSpec
 from aoti_deploy.serve.triton_repository import (

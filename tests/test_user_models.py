@@ -398,7 +398,7 @@ def test_ulp_reports_agree_between_runtimes_in_every_dtype(parity_matrix, build,
     NaN against a number, a value mirrored across zero and -0.0 against +0.0: both
     runtimes print the same report, with the ULP distance verify.py computes."""
     from aoti_deploy.package.dtypes import DTYPES
-    from aoti_deploy.verify.parity import STATIC_SHAPE
+    from aoti_deploy.bench.parity import STATIC_SHAPE
 
     work_dir, _ = parity_matrix
     package = work_dir / f"model_{dtype}_static.pt2"

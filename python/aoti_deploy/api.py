@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -19,7 +18,7 @@ import torch
 from torch import nn
 
 from .bench.package_bench import BenchmarkResult, BenchRow
-from .errors import AotiDeployError, InputError, PackageError, VerificationError
+from .errors import InputError, PackageError, VerificationError
 from .package.spec import BITWISE, CLOSE, ULP, PackageSpec, Tolerance
 from .serve.kubernetes import KubernetesSettings
 
@@ -171,7 +170,7 @@ def export(
             stages, with the same messages as the CLI.
     """
     from .compiler.pipeline import BuildConfig, export_and_compile
-    from .compiler.structure import CallInputs
+    from .models.call import CallInputs
 
     program = model if isinstance(model, torch.export.ExportedProgram) else None
     if program is not None:
@@ -356,7 +355,7 @@ class Package:
     def flat_inputs(self, args: Any, kwargs: Mapping[str, Any] | None = None) -> list[torch.Tensor]:
         """The tensors a call passes to the package, in the package's order (what a
         tensor file for the C++ runner holds)."""
-        from .compiler.structure import CallInputs
+        from .models.call import CallInputs
         from .runtime.aoti import call_tensors
 
         call = CallInputs.of(args, kwargs)
@@ -387,7 +386,7 @@ class Package:
         Returns:
             The Report (it does not raise on a difference: check ``passed``).
         """
-        from .compiler.structure import CallInputs
+        from .models.call import CallInputs
         from .models.user import flatten_outputs
         from .verify.tolerance import compare
 
@@ -423,39 +422,25 @@ class Package:
             ))
         return Report(against, rule, tuple(checks))
 
-    def _cpp_command(self, runner: str | os.PathLike[str] | None) -> list[str]:
+    def _cpp_runner(self, runner: str | os.PathLike[str] | None = None) -> Any:
         """aoti_runner on this package, under the trust options it was loaded with
         (a bundle brings its own op libraries)."""
-        from .locate import runner_path
         from .package.bundle import is_bundle
+        from .runtime.cpp_runner import CppRunner
 
-        command = [str(runner_path(runner)), str(self.path)]
-        if not is_bundle(self.path):
-            command += [str(path) for path in self._libraries]
-        if self._trusted_key is not None:
-            command += ["--trusted-key", str(self._trusted_key)]
-        return command + (["--require-signature"] if self._require_signature else [])
+        return CppRunner(self.path, [] if is_bundle(self.path) else list(self._libraries), self._trusted_key,
+                         self._require_signature, runner)
 
     def _run_cpp(self, tensors: list[torch.Tensor], runner: str | os.PathLike[str] | None = None) -> list[torch.Tensor]:
         """The C++ runner's outputs for these tensors (a process, no Python in it)."""
-        from .runtime.tensor_files import load_tensors, save_tensors
-
-        with tempfile.TemporaryDirectory(prefix="aoti_deploy_cpp_") as folder:
-            inputs, outputs = Path(folder) / "inputs.pt", Path(folder) / "outputs.pt"
-            save_tensors(inputs, [x.cpu() for x in tensors])
-            result = subprocess.run(self._cpp_command(runner) + ["--inputs", str(inputs), "--outputs", str(outputs)],
-                                    capture_output=True, text=True, timeout=600)
-            if result.returncode != 0:
-                raise PackageError(f"aoti_runner failed (exit {result.returncode}): "
-                                   f"{(result.stderr or result.stdout).strip()}")
-            return load_tensors(outputs)
+        return self._cpp_runner(runner).outputs(tensors)
 
     def bundle(self, directory: str | os.PathLike[str], *, sign_key: str | os.PathLike[str] | None = None,
                op_libraries: Sequence[str | os.PathLike[str]] = ()) -> Path:
         """Write a deploy bundle (the package and the op libraries it records),
         signed with OpenSSF Model Signing if ``sign_key`` (a PEM EC private key) is
         given. Returns the bundle folder."""
-        from .package.bundle import write_bundle
+        from .package.bundle_writer import write_bundle
 
         return write_bundle(self.path, list(op_libraries) or self._libraries, directory, sign_key)
 
@@ -534,7 +519,7 @@ class Package:
             whose ``skipped`` says why. ``table()``, ``markdown()``, ``to_json()``.
         """
         from .bench.package_bench import benchmark_package
-        from .compiler.structure import CallInputs
+        from .models.call import CallInputs
 
         return benchmark_package(
             self, CallInputs.of(args, kwargs), model if model is not None else self._model,
@@ -547,24 +532,8 @@ class Package:
                    intra_op_threads: int | None = None) -> dict[str, Any]:
         """``aoti_runner --bench`` on these tensors: its JSON (p50_us, p99_us, mean_us,
         intra_op_threads, ...). ``intra_op_threads`` None lets the runner choose."""
-        import json
-
-        from .runtime.tensor_files import save_tensors
-
         threads = [] if intra_op_threads is None else ["--intra-op-threads", str(intra_op_threads)]
-        with tempfile.TemporaryDirectory(prefix="aoti_deploy_bench_") as folder:
-            inputs, out = Path(folder) / "inputs.pt", Path(folder) / "bench.json"
-            save_tensors(inputs, [x.cpu() for x in tensors])
-            started = time.perf_counter()
-            result = subprocess.run(
-                self._cpp_command(None) + ["--inputs", str(inputs), "--bench", str(iterations), "--warmup",
-                                           str(warmup), "--bench-json", str(out), *threads],
-                capture_output=True, text=True, timeout=max(600, 10 * iterations),
-            )
-            if result.returncode != 0:
-                raise AotiDeployError(f"aoti_runner --bench failed (exit {result.returncode}, "
-                                      f"{time.perf_counter() - started:.0f} s): {(result.stderr or result.stdout).strip()}")
-            return json.loads(out.read_text())
+        return self._cpp_runner().bench(tensors, iterations, warmup, *threads)
 
     def close(self) -> None:
         """Unload the package (and remove a verified bundle's private copy)."""

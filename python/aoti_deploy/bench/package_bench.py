@@ -23,7 +23,7 @@ from ..errors import AotiDeployError, InputError
 
 if TYPE_CHECKING:
     from ..api import Package
-    from ..compiler.structure import CallInputs
+    from ..models.call import CallInputs
 
 EAGER = "eager"
 COMPILE = "torch.compile"
@@ -256,7 +256,7 @@ def benchmark_package(
     a package static in batch, a compile over ``compile_timeout`` seconds, a model
     that does not export to ONNX, the ONNX extra missing). Never raises for one
     path; raises InputError for bad arguments."""
-    from ..compiler.onnx_export import missing_onnx_packages
+    from ..runtime.onnx_extra import missing_onnx_packages
     from .benchmark import machine_facts
 
     if iterations < 1 or warmup < 0 or not batches or min(batches) < 1:
@@ -461,7 +461,7 @@ def package_call(package: "Package", inputs: Path | None, model_target: str | No
         ModelError: the factory could not be imported or called.
         InputError: the tensor file does not fit the package or the factory's call.
     """
-    from ..compiler.structure import CallInputs
+    from ..models.call import CallInputs
     from ..models.user import load_model
     from ..runtime.random_inputs import random_cpu_inputs
     from ..runtime.tensor_files import load_tensors

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ..errors import AotiDeployError
-from ..package.bundle import write_bundle
+from ..package.bundle_writer import write_bundle
 from ..runtime.trust import TrustPolicy, open_model
 
 # Whole-process runs per runner and bundle; the median is reported.

@@ -158,7 +158,7 @@ def benchmark(
     op_lib: OpLibOption = None,
 ) -> None:
     put_working_folder_on_path()
-    from ..compiler.onnx_export import onnx_wanted
+    from ..runtime.onnx_extra import onnx_wanted
 
     if package is not None:
         _bench_package(package, inputs, model, model_arg or [], batches, threads, iterations, torch_compile,
@@ -277,7 +277,7 @@ def _bench_package(path: Path, inputs: Optional[Path], model: Optional[str], mod
     """--package: the package benchmark (bench/package_bench.py), printed and written."""
     from .. import api
     from ..bench.package_bench import package_call, write_outputs
-    from ..compiler.onnx_export import onnx_wanted
+    from ..runtime.onnx_extra import onnx_wanted
     from .parsing import parse_model_args
 
     try:

@@ -11,7 +11,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..package.bundle import SIGNATURE_NAME, file_digests, read_layout, write_bundle
+from ..package.bundle import SIGNATURE_NAME, file_digests, read_layout
+from ..package.bundle_writer import write_bundle
 from .common import console, exit_with
 
 app = typer.Typer(add_completion=False, rich_markup_mode="rich")

@@ -494,7 +494,8 @@ def export_compile(
 
 def _write_bundle(result: BuildResult, dest: Path, sign_key: Path | None) -> list[tuple[str, str]]:
     """Write the bundle of the package just written; the summary's rows for it."""
-    from ..package.bundle import SIGNATURE_NAME, file_digests, recorded_libraries, write_bundle
+    from ..package.bundle import SIGNATURE_NAME, file_digests, recorded_libraries
+    from ..package.bundle_writer import write_bundle
 
     # Libraries loaded for the export but not recorded (the graph does not call them
     # after compiling) stay out of the bundle.

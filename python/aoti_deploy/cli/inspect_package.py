@@ -13,7 +13,8 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from ..package.bundle import BundleReport, describe_bundle, is_bundle, read_layout
+from ..package.bundle import is_bundle, read_layout
+from ..package.bundle_report import BundleReport, describe_bundle
 from ..runtime.trust import FLAG_SOURCE, TrustPolicy, open_model
 from .common import console, exit_with, read_spec
 

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ..errors import EXIT_MISMATCH
 from ..ops.loader import load_op_library
-from ..verify.parity import run_cpp_runner
+from ..bench.parity import run_cpp_runner
 from ..compiler.pipeline import BuildConfig, export_and_compile
 from ..models.train import train_channel_scale
 from ..verify.tolerance import BITWISE, Tolerance, compare
@@ -59,7 +59,7 @@ def train_identity(
         x = build.example_input
         with torch.no_grad():
             eager = result.model(x)
-        cpp_output = run_cpp_runner(runner, build.package_path, library, x, output.parent)
+        cpp_output = run_cpp_runner(runner, build.package_path, library, x)
     except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)
 

@@ -15,7 +15,7 @@ from rich.text import Text
 from ..errors import EXIT_MISMATCH
 from ..ops.loader import load_op_library
 from ..package.dtypes import DTYPES
-from ..verify.parity import IDENTITY_PAIR, INPUT_KINDS, ONNX_PAIR, RUNTIME_PAIRS, SHAPE_MODES, cell_passed, matrix_passed, run_matrix
+from ..bench.parity import IDENTITY_PAIR, INPUT_KINDS, ONNX_PAIR, RUNTIME_PAIRS, SHAPE_MODES, cell_passed, matrix_passed, run_matrix
 from .common import OpLibOption, RunnerOption, console, exit_with, require_runner, step_progress, verdict
 
 app = typer.Typer(add_completion=False)
@@ -56,7 +56,7 @@ def verify_matrix(
         ),
     ] = None,
 ) -> None:
-    from ..compiler.onnx_export import onnx_wanted
+    from ..runtime.onnx_extra import onnx_wanted
 
     try:
         with_onnx = onnx_wanted(onnx)

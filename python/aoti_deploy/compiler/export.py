@@ -19,7 +19,8 @@ from ..package.dtypes import dtype_name
 from ..package.spec import INT64_MAX, DimSpec, OpRef, TensorSpec
 from ..models.user import DynamicDim
 from .dynamic_dims import DimFix, constraint_fixes, dynamic_dim_option, untied_static_dims
-from .structure import CallInputs, bounded_names, input_names, output_names
+from ..models.call import CallInputs
+from .structure import bounded_names, input_names, output_names
 
 # Namespaces of ops that every libtorch has; anything else comes from a library.
 _BUILTIN_NAMESPACES = {"aten", "prims", "higher_order", "prim", "_operator"}

@@ -18,7 +18,6 @@ Two modes:
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import inspect
 import logging
 import math
@@ -31,7 +30,7 @@ import numpy
 import torch
 from torch import nn
 
-from ..runtime import is_onnx_path  # noqa: F401 (re-exported: one definition, torch-free)
+from ..runtime.onnx_extra import require_onnx
 from ..errors import AotiDeployError, ExportError
 from .export import class_qualname, export_model, graph_calls, input_specs, output_specs, shared_dims
 from .onnx_translations import class_routes, portable_translation
@@ -39,40 +38,10 @@ from ..package.spec import OpRef, PackageSpec
 from ..models.user import DynamicDim
 
 ONNX_MODES = ("portable", "custom-domain")
-# The PyPI packages of the extra, by import name.
-ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime", "onnxruntime_extensions")
-EXTRA_HINT = (
-    "Install the ONNX extra: pip install -e '.[onnx]' (onnx, onnxscript, onnxruntime and "
-    "onnxruntime-extensions from PyPI)."
-)
 # The version of the custom ONNX domains the custom-domain mode writes.
 CUSTOM_DOMAIN_VERSION = 1
 # dtypes the ONNX target takes: numpy (the way into onnxruntime) has no bfloat16.
 ONNX_DTYPES = (torch.float16, torch.float32, torch.float64)
-
-
-class OnnxUnavailableError(AotiDeployError):
-    """The optional ONNX extra is not installed."""
-
-
-def missing_onnx_packages() -> list[str]:
-    """Import names of the extra's packages that are not installed."""
-    return [name for name in ONNX_PACKAGES if importlib.util.find_spec(name) is None]
-
-
-def require_onnx() -> None:
-    """Raise OnnxUnavailableError naming what is missing, with the install command."""
-    missing = missing_onnx_packages()
-    if missing:
-        raise OnnxUnavailableError(f"the ONNX target needs {', '.join(missing)}, which is not installed. {EXTRA_HINT}")
-
-
-def onnx_wanted(flag: bool | None) -> bool:
-    """Resolve a CLI's ``--onnx/--no-onnx``: on (the extra must be installed), off, or,
-    when not given (None), on exactly when the extra is installed."""
-    if flag:
-        require_onnx()
-    return flag if flag is not None else not missing_onnx_packages()
 
 
 @dataclass

@@ -46,7 +46,8 @@ from ..package.spec import INT64_MAX, OpRef, PackageSpec
 from ..runtime.aoti import load_package
 from ..runtime.tensor_files import save_tensors
 from ..models.user import DynamicDim, flatten_outputs, import_modules, load_model
-from .structure import CallInputs, check_tensor_outputs, constant_inputs
+from ..models.call import CallInputs
+from .structure import check_tensor_outputs, constant_inputs
 from ..verify.bits import BitReport
 from ..verify.tolerance import BITWISE, CLOSE, FAILED, Comparison, Tolerance, compare, list_verdict
 
@@ -136,7 +137,8 @@ class BuildConfig:
     def _check_format(self) -> None:
         """The ONNX target's own limits, and an output name that matches the format
         (the runners tell .onnx files from .pt2 packages by the suffix)."""
-        from .onnx_export import ONNX_MODES, require_onnx
+        from .onnx_export import ONNX_MODES
+        from ..runtime.onnx_extra import require_onnx
 
         is_onnx_name = self.output.suffix.lower() == ".onnx"
         if self.format == "pt2":

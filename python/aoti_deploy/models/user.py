@@ -18,7 +18,7 @@ from torch import nn
 from ..errors import ModelError
 
 if TYPE_CHECKING:
-    from ..compiler.structure import CallInputs
+    from .call import CallInputs
 
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
@@ -83,7 +83,7 @@ def load_model(target: str, kwargs: dict[str, object] | None = None) -> tuple[nn
             something other than a module, a (module, args) or a (module, args,
             kwargs) tuple.
     """
-    from ..compiler.structure import CallInputs
+    from .call import CallInputs
     from ..errors import InputError
 
     if not _TARGET.match(target):

@@ -12,7 +12,7 @@ import torch.utils._pytree as pytree
 # `import torch` has loaded already (no Dynamo).
 from torch.export._tree_utils import reorder_kwargs
 
-from ..compiler.structure import load_treespec
+from .treespec import load_treespec
 from ..errors import InputError, PackageError
 from ..models.user import import_modules
 from ..ops.loader import LIBRARY_NAME, load_op_libraries, load_op_library

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ..errors import PackageError
-from ..compiler.onnx_export import require_onnx
+from .onnx_extra import require_onnx
 from ..package.archive import check_model_file
 from ..package.spec import PackageSpec
 from .preflight import check_required_symbols, this_host

@@ -11,6 +11,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Sequence
 
 from ..errors import AotiDeployError, PackageError
@@ -218,3 +219,14 @@ def open_model(path: str | os.PathLike[str], policy: TrustPolicy) -> OpenedModel
     except BaseException:
         opened_stack.close()
         raise
+
+
+def verifies_with(trusted_key: str | os.PathLike[str]) -> Callable[[Path], None]:
+    """A check for write_bundle's ``check_staged``: the staged bundle must be signed
+    and verify with ``trusted_key``, as a runner will verify it."""
+
+    def check(staged: Path) -> None:
+        with open_model(staged, TrustPolicy(Path(trusted_key), "--trusted-key", True)):
+            pass  # verified; the private copy is removed
+
+    return check

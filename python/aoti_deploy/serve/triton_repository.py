@@ -501,7 +501,9 @@ def write_repository(
         AotiDeployError (kind usage): a bad name, version or option combination.
         OpLibraryError, SigningUnavailableError: as for ``write_bundle``.
     """
-    from ..package.bundle import read_layout, write_bundle
+    from ..package.bundle import read_layout
+    from ..package.bundle_writer import write_bundle
+    from ..runtime.trust import verifies_with
 
     package = Path(package)
     repository = Path(repository)
@@ -548,8 +550,8 @@ def write_repository(
 
     # A signed bundle is verified before it is published; an unsigned one under a
     # trusted key is published with the warning above (the backend will refuse it).
-    verify_key = key_path if sign_key is not None else None
-    bundle = write_bundle(package, list(op_libraries), model_dir / str(version), sign_key, verify_key=verify_key)
+    check = verifies_with(key_path) if sign_key is not None and key_path is not None else None
+    bundle = write_bundle(package, list(op_libraries), model_dir / str(version), sign_key, check_staged=check)
     config_path = model_dir / CONFIG_NAME
     _write_text(config_path, config.text())
     layout = read_layout(bundle)

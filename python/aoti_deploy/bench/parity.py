@@ -6,7 +6,6 @@ hold, say which layer changes which values."""
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,15 +13,15 @@ from typing import Any
 
 import torch
 
-from ..errors import AotiDeployError, PackageError
+from ..errors import AotiDeployError
 from ..models.identity import IdentityModel
 from ..package.archive import read_package_spec
 from ..package.dtypes import DTYPES
 from ..compiler.pipeline import BuildConfig, export_and_compile, seeded_input
 from ..runtime.aoti import load_package
-from .special_values import special_values
-from ..runtime.tensor_files import load_tensors, save_tensors
-from .bits import BitReport, bit_view, compare_bits
+from ..verify.special_values import special_values
+from ..runtime.cpp_runner import WROTE_OUTPUTS, CppRunner
+from ..verify.bits import BitReport, bit_view, compare_bits
 
 SHAPE_MODES = ("static", "dynamic")
 INPUT_KINDS = ("random", "special")
@@ -116,23 +115,14 @@ def attribute_layers(model: IdentityModel, x: torch.Tensor) -> list[LayerChange]
     return changes
 
 
-def run_cpp_runner(runner: Path, package: Path, op_lib: Path, x: torch.Tensor, work_dir: Path) -> torch.Tensor:
+def run_cpp_runner(runner: Path, package: Path, op_lib: Path, x: torch.Tensor) -> torch.Tensor:
     """Run ``x`` through the C++ runner as a subprocess; return its output tensor.
+    Exit 1 (the identity check failed) still returns the output, to compare here.
 
     Raises:
-        PackageError: the runner failed for a reason other than an identity mismatch.
+        PackageError: the runner failed for another reason.
     """
-    inputs = save_tensors(work_dir / "cpp_input.pt", [x])
-    outputs = work_dir / "cpp_output.pt"
-    outputs.unlink(missing_ok=True)
-    result = subprocess.run(
-        [str(runner), str(package), str(op_lib), "--inputs", str(inputs), "--outputs", str(outputs)],
-        capture_output=True, text=True, timeout=300,
-    )
-    # Exit 1 means the identity check failed; the outputs are still written and compared here.
-    if result.returncode not in (0, 1) or not outputs.exists():
-        raise PackageError(f"aoti_runner failed with exit {result.returncode}: {result.stderr.strip()}")
-    return load_tensors(outputs)[0]
+    return CppRunner(package, [op_lib], executable=runner).outputs([x], accept=WROTE_OUTPUTS, timeout=300)[0]
 
 
 def run_matrix(
@@ -195,7 +185,7 @@ def run_matrix(
                     eager = model(x)
                     compiled_out = compiled(x)
                 (python_out,) = package.run([x])
-                cpp_out = run_cpp_runner(runner, package_path, op_lib, x, work_dir)
+                cpp_out = run_cpp_runner(runner, package_path, op_lib, x)
                 pairs = {
                     IDENTITY_PAIR: compare_bits(eager, x),
                     "eager vs torch.compile": compare_bits(compiled_out, eager),
