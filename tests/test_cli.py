@@ -219,40 +219,42 @@ def test_inspect_package_bad_file_exits_2(tmp_path):
     assert "package not found" in result.output
 
 
-def test_export_compile_passes_every_option_to_the_stage(monkeypatch, tmp_path):
-    """The CLI's wiring, without a compile: every option reaches the BuildConfig."""
+def test_export_compile_passes_every_option_to_the_api(monkeypatch, tmp_path):
+    """The CLI's wiring, without a compile: every option reaches the model source and
+    the ExportOptions the API's export takes."""
     import aoti_deploy.cli.export_compile as cli_module
     from aoti_deploy.errors import AotiDeployError
 
     seen = {}
 
-    def capture(config, on_stage=None):
-        seen["config"] = config
+    def capture(source, options=None, package_path=None, on_stage=None):
+        seen.update(source=source, options=options, path=package_path)
         raise AotiDeployError("stopped by the test")
 
-    monkeypatch.setattr(cli_module, "export_and_compile", capture)
+    monkeypatch.setattr(cli_module, "export", capture)
     identity_args = ["--channels", "5", "--batch", "2", "--height", "7", "--width", "9", "--dtype", "float64",
                      "--seed", "4", "--variant", "out", "--dynamic", "batch,width", "--batch-range", "1:8",
                      "--width-range", "3:30", "--output", str(tmp_path / "m.pt2"), "--max-ulp", "3"]
     result = runner.invoke(export_compile_app, identity_args)
     assert result.exit_code == 2 and "stopped by the test" in result.output
-    config = seen["config"]
-    assert config.shape() == (2, 5, 7, 9) and config.dtype == "float64" and config.seed == 4
-    assert config.variant == "out" and config.dynamic == ("batch", "width")
-    assert config.tolerance == Tolerance(ULP, max_ulp=3)
-    assert config.ranges["batch"] == (1, 8) and config.ranges["width"] == (3, 30)
-    assert config.output == tmp_path / "m.pt2" and config.model is None
+    source, options = seen["source"], seen["options"]
+    assert type(source).__name__ == "IdentitySource"
+    assert source.shape() == (2, 5, 7, 9) and source.dtype == "float64" and source.seed == 4 and options.seed == 4
+    assert source.variant == "out" and source.dynamic == ("batch", "width")
+    assert options.tolerance == Tolerance(ULP, max_ulp=3)
+    assert source.ranges["batch"] == (1, 8) and source.ranges["width"] == (3, 30)
+    assert seen["path"] == tmp_path / "m.pt2"
 
     model_args = ["--model", "pkg.mod:make", "--model-arg", "n=3", "--input-shape", "2,4", "--input-shape", "4",
                   "--dynamic-dim", "0.0=1:9", "--op-lib", "a.so", "--op-lib", "b.so", "--fake-module", "pkg.fakes",
                   "--save-reference", str(tmp_path / "ref"), "--allow-python-ops"]
     result = runner.invoke(export_compile_app, model_args)
     assert result.exit_code == 2 and "stopped by the test" in result.output
-    config = seen["config"]
-    assert config.model == "pkg.mod:make" and config.model_args == {"n": 3}
-    assert config.input_shapes == [(2, 4), (4,)] and [str(d) for d in config.dynamic_dims] == ["0.0=1:9"]
-    assert config.op_libs == [Path("a.so"), Path("b.so")] and config.fake_modules == ["pkg.fakes"]
-    assert config.save_reference == tmp_path / "ref" and config.allow_python_ops
+    source, options = seen["source"], seen["options"]
+    assert source.target == "pkg.mod:make" and source.model_args == {"n": 3}
+    assert source.input_shapes == [(2, 4), (4,)] and [str(d) for d in source.dynamic_dims] == ["0.0=1:9"]
+    assert options.op_libraries == [Path("a.so"), Path("b.so")] and options.fake_modules == ["pkg.fakes"]
+    assert options.references == tmp_path / "ref" and options.allow_python_ops
 
 
 def test_compare_tensors_passes_two_empty_lists(tmp_path):

@@ -180,7 +180,7 @@ def test_a_native_package_from_another_cpu_points_to_cpu_target(compiled_package
 
 
 def test_unknown_or_unrunnable_targets_are_refused_before_the_build(tmp_path, op_library):
-    from aoti_deploy.compiler.cpu_target import check_cpu_target
+    from aoti_deploy.package.host import check_cpu_target
 
     result = CliRunner().invoke(export_compile_app, ["--cpu-target", "x86-64-v5", "--output", str(tmp_path / "m.pt2")])
     assert result.exit_code == 2 and "x86-64-v5" in result.output

@@ -100,15 +100,17 @@ def test_export_compile_says_the_model_is_exported_in_eval_mode(compiled_package
 def test_a_model_in_training_mode_is_exported_in_eval_mode(tmp_path):
     """Batch norm with running statistics (mean 1, variance 4): the package normalizes
     with them, as eval does, not with the batch's own statistics, as training would."""
-    from aoti_deploy.compiler.pipeline import BuildConfig, export_and_compile
+    from aoti_deploy.compiler.options import ExportOptions
+    from aoti_deploy.compiler.pipeline import export_and_compile
+    from aoti_deploy.models.example import IdentitySource
     from aoti_deploy.runtime.aoti import load_package
 
     norm = torch.nn.BatchNorm2d(3, affine=False)
     norm.running_mean.fill_(1.0)
     norm.running_var.fill_(4.0)
     model = torch.nn.Sequential(norm, torch.nn.Dropout(0.5)).train()
-    config = BuildConfig(batch=2, channels=3, height=4, width=5, output=tmp_path / "m.pt2", op_libs=[])
-    result = export_and_compile(config, model=model)
+    source = IdentitySource(batch=2, channels=3, height=4, width=5, model=model)
+    result = export_and_compile(source, ExportOptions(), tmp_path / "m.pt2")
     assert result.passed and result.written, result.checks
     x = torch.randn(2, 3, 4, 5, generator=torch.Generator().manual_seed(1))
     (y,) = load_package(result.package_path, result.spec).run([x])

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from conftest import REPO_ROOT, Build, UserPackage, _export, run_cli, run_cmd
-from aoti_deploy.compiler.pipeline import BuildConfig, second_inputs, seeded_input
+from aoti_deploy.compiler.eager_check import second_inputs
+from aoti_deploy.models.example import FactorySource, IdentitySource, seeded_input
 from aoti_deploy.errors import InputError
 from aoti_deploy.models.user import DynamicDim
 from aoti_deploy.package.archive import read_package_spec
@@ -79,12 +80,12 @@ def test_both_runners_draw_the_same_integer_inputs(masked_mean_package: UserPack
 # --- units (no compile) -----------------------------------------------------------------
 
 def test_an_integer_dtype_is_for_a_models_inputs_only() -> None:
-    BuildConfig(model="m:f", dtype="int64").check()
-    BuildConfig(model="m:f", dtype="bool").check()
+    FactorySource("m:f", dtype="int64").check()
+    FactorySource("m:f", dtype="bool").check()
     with pytest.raises(InputError, match="--dtype int32 applies to the inputs of a model given with --model"):
-        BuildConfig(dtype="int32").check()
+        IdentitySource(dtype="int32").check()
     with pytest.raises(InputError, match="unsupported dtype 'complex64'"):
-        BuildConfig(model="m:f", dtype="complex64").check()
+        FactorySource("m:f", dtype="complex64").check()
 
 
 def test_export_compile_cli_takes_integer_dtypes(tmp_path: Path) -> None:

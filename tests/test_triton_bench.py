@@ -14,7 +14,9 @@ import pytest
 import aoti_deploy.bench.triton as triton_stage
 from conftest import PACKAGE_SHAPE, Build, CompiledPackage, skip_or_fail_without_triton
 from aoti_deploy.bench.benchmark import BenchReport, Latency, markdown_table, write_json
-from aoti_deploy.compiler.pipeline import BuildConfig, export_and_compile
+from aoti_deploy.compiler.options import ExportOptions
+from aoti_deploy.compiler.pipeline import export_and_compile
+from aoti_deploy.models.example import IdentitySource
 
 @pytest.fixture(scope="module")
 def triton_bench(tmp_path_factory: pytest.TempPathFactory, build: Build, op_library: Path,
@@ -26,10 +28,10 @@ def triton_bench(tmp_path_factory: pytest.TempPathFactory, build: Build, op_libr
         skip_or_fail_without_triton(f"the Triton section cannot run here: {reason}")
     work = tmp_path_factory.mktemp("triton_bench")
     _, channels, height, width = PACKAGE_SHAPE
-    built = export_and_compile(BuildConfig(
-        batch=1, channels=channels, height=height, width=width, op_libs=[op_library], dynamic=("batch",),
-        ranges={"batch": (1, triton_stage.MAX_BATCH), "height": (height, height), "width": (width, width)},
-        output=work / "dynamic.pt2"))
+    built = export_and_compile(IdentitySource(
+        batch=1, channels=channels, height=height, width=width, dynamic=("batch",),
+        ranges={"batch": (1, triton_stage.MAX_BATCH), "height": (height, height), "width": (width, width)}),
+        ExportOptions(op_libraries=[op_library]), work / "dynamic.pt2")
     assert built.passed
     steps: list[str] = []
     result = triton_stage.measure_triton(
@@ -129,19 +131,20 @@ def test_the_benchmark_passes_its_own_cpp_row_as_the_reference(tmp_path, monkeyp
     row = Latency(23.0, 24.0, 27.0, 200)
     report = BenchReport({"cpu": "test", "cores": "2"}, "test", 0.1, True, 3)
     report.sizes.append(SizeResult("1x3x224x224", (1, 3, 224, 224), 0.6, {"AOTI-C++": row}, "retain", 2, 2, 0))
-    configs, calls = [], {}
+    builds, calls = [], {}
     monkeypatch.setattr(triton_stage, "triton_unavailable_reason", lambda runner=None: None)
     monkeypatch.setattr(triton_stage, "resolve_backend_dir", lambda runner=None: tmp_path / "backends")
-    monkeypatch.setattr(benchmark_stage, "export_and_compile", lambda config: configs.append(config) or config)
-    monkeypatch.setattr(benchmark_stage, "require_verified", lambda config, what: config.output)
+    monkeypatch.setattr(benchmark_stage, "export_and_compile",
+                        lambda source, options, output: builds.append((source, output)) or output)
+    monkeypatch.setattr(benchmark_stage, "require_verified", lambda output, what: output)
     monkeypatch.setattr(triton_stage, "measure_triton", lambda *args, **kwargs: calls.update(args=args, **kwargs))
     benchmark_stage._measure_triton(tmp_path, tmp_path / "aoti_runner", tmp_path / "lib.so", True, lambda name: None,
                                     report)
-    (config,) = configs
-    assert config.dynamic == ("batch",) and config.ranges["batch"] == (1, triton_stage.MAX_BATCH)
-    assert config.shape() == (1, 3, 224, 224)
+    ((source, output),) = builds
+    assert source.dynamic == ("batch",) and source.ranges["batch"] == (1, triton_stage.MAX_BATCH)
+    assert source.shape() == (1, 3, 224, 224)
     work_dir, package, dynamic = calls["args"][:3]
-    assert package == tmp_path / "model_1x3x224x224.pt2" and dynamic == config.output
+    assert package == tmp_path / "model_1x3x224x224.pt2" and dynamic == output
     assert calls["in_process"].latency is row and calls["in_process"].intra_op_threads == 2
     # --iterations 0.1: 50 requests per latency run, 0.5 s per throughput run.
     assert calls["requests"] == 50 and calls["seconds"] == pytest.approx(0.5)

@@ -37,13 +37,20 @@ _LAZY = {
     "OutputCheck": ".api",
     "BenchmarkResult": ".api",
     "BenchRow": ".api",
+    "BuildResult": ".api",
+    "ExportOptions": ".api",
+    "IdentitySource": ".api",
+    "FactorySource": ".api",
     "Tolerance": ".package.spec",
     "PackageSpec": ".package.spec",
     "KubernetesSettings": ".serve.kubernetes",
 }
 
 if TYPE_CHECKING:
-    from .api import BenchmarkResult, BenchRow, Dim, OutputCheck, Package, Report, export, load
+    from .api import (
+        BenchmarkResult, BenchRow, BuildResult, Dim, ExportOptions, FactorySource, IdentitySource, OutputCheck,
+        Package, Report, export, load,
+    )
     from .ops import identity_conv, load_op_library
     from .package.spec import PackageSpec, Tolerance
     from .serve.kubernetes import KubernetesSettings
@@ -59,7 +66,11 @@ __all__ = [
     "AotiDeployError",
     "BenchRow",
     "BenchmarkResult",
+    "BuildResult",
     "Dim",
+    "ExportOptions",
+    "FactorySource",
+    "IdentitySource",
     "KubernetesSettings",
     "OutputCheck",
     "Package",

@@ -4,6 +4,7 @@ with the model's own arguments. Everything the CLIs do goes through these stages
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import tempfile
@@ -18,11 +19,18 @@ import torch
 from torch import nn
 
 from .bench.package_bench import BenchmarkResult, BenchRow
+from .compiler.options import ExportOptions
+from .compiler.result import ONNX_STAGES, STAGES, BuildResult
 from .errors import InputError, PackageError, VerificationError
+from .models.call import CallInputs
+from .models.example import FactorySource, IdentitySource
 from .package.spec import BITWISE, CLOSE, ULP, PackageSpec, Tolerance
 from .serve.kubernetes import KubernetesSettings
 
-__all__ = ["BenchRow", "BenchmarkResult", "Dim", "OutputCheck", "Package", "Report", "export", "load"]
+__all__ = [
+    "BenchRow", "BenchmarkResult", "BuildResult", "Dim", "ExportOptions", "FactorySource", "IdentitySource",
+    "ONNX_STAGES", "OutputCheck", "Package", "Report", "STAGES", "export", "load",
+]
 
 # torch.export's own Dim, re-exported: dynamic_shapes take it as torch.export does.
 Dim = torch.export.Dim
@@ -98,30 +106,25 @@ def _module_names(modules: Iterable[str | ModuleType]) -> list[str]:
 
 
 def export(
-    model: nn.Module | torch.export.ExportedProgram,
-    args: Any,
+    model: nn.Module | torch.export.ExportedProgram | IdentitySource | FactorySource,
+    args: Any = None,
     kwargs: Mapping[str, Any] | None = None,
     *,
     dynamic_shapes: Any = None,
-    op_libraries: Sequence[str | os.PathLike[str]] = (),
-    fake_modules: Iterable[str | ModuleType] = (),
-    cpu_target: str = "native",
     package_path: str | os.PathLike[str] | None = None,
-    check: bool = True,
-    tolerance: Tolerance | str | Mapping[str, float] | None = None,
-    input_values: Mapping[int, tuple[int, int]] | None = None,
-    allow_python_ops: bool = False,
-    inductor_configs: Mapping[str, bool | int | str] | None = None,
-    device: str = "cpu",
-    force: bool = False,
+    options: ExportOptions | None = None,
     on_stage: Callable[[str], None] | None = None,
+    **option_values: Any,
 ) -> "Package":
     """Export ``model`` with torch.export, compile it with AOTInductor into a package
     and verify the package against eager, as ``aoti-deploy export`` does.
 
     Args:
         model: an ``nn.Module``, or a ``torch.export.ExportedProgram`` (compiled as
-            it is; its ``module()`` is the eager reference).
+            it is; its ``module()`` is the eager reference); or a source that makes
+            the model and its example call itself: ``IdentitySource`` (the built-in
+            IdentityModel) or ``FactorySource`` (``package.module:factory``), with
+            no ``args``.
         args: the example positional arguments (a tuple; one tensor for a
             one-argument model), nested as the model takes them. Python ints,
             floats, bools and strings are baked in by torch.export; the package
@@ -130,85 +133,97 @@ def export(
         dynamic_shapes: torch.export's own format: ``torch.export.Dim`` objects in a
             dict by argument name, or a tuple in argument order. Every other dim is
             static.
-        op_libraries: op libraries (``.so`` paths) whose custom ops the model calls;
-            they are loaded first and recorded in the package.
-        fake_modules: modules (or their names) that register fake kernels for those
-            ops; imported after the libraries load.
-        cpu_target: "native" (this host's every instruction) or a portable x86-64
-            level (e.g. "x86-64-v3").
-        package_path: where to write the ``.pt2``; default a new temporary folder.
-        check: compare the package with eager on the example (and, with dynamic
-            shapes, on a second shape) and raise VerificationError beyond the
-            tolerance; nothing is written then. With False, the comparison is
-            skipped: the package records no checks and ``report`` is None (call
-            ``verify`` later).
-        tolerance: the rule against eager: None (bitwise for identity models, else
-            torch.testing's defaults per dtype), "bitwise", "close",
-            {"rtol": R, "atol": A}, {"max_ulp": N} or a Tolerance. Recorded in the
-            package; the runners' eager checks use it.
-        input_values: value ranges of integer inputs (tensor input index -> (min,
-            max)) where export cannot see them; the runtimes refuse other values.
-        allow_python_ops: write a package for the Python runtime only when the graph
-            calls ops defined from Python (the C++ runner refuses it).
-        inductor_configs: Inductor settings to compile with (e.g. {"freezing":
-            True}), by torch._inductor.config name; recorded in the package and
-            verified against eager like everything else.
-        device: "cpu" (default) or "cuda".
-        force: rebuild even if ``package_path`` holds a package built from the same
-            inputs (otherwise it is reused, after the same check).
+        package_path: where to write the ``.pt2`` (or ``.onnx``); default a new
+            temporary folder.
+        options: the ExportOptions (default: ExportOptions()'s documented defaults).
         on_stage: called with each stage's name as it starts (progress). The stages
             also go to the ``aoti_deploy`` logger at INFO, silent unless logging is
             configured (``logging.basicConfig(level=logging.INFO)``).
+        **option_values: any field of ExportOptions by name, over ``options``:
+            ``op_libraries``, ``fake_modules``, ``cpu_target``, ``check``,
+            ``tolerance`` (also "bitwise", "close", {"rtol": R, "atol": A} or
+            {"max_ulp": N}), ``input_values``, ``allow_python_ops``,
+            ``inductor_configs``, ``device``, ``force``, ``target``, ``onnx_mode``,
+            ``seed``, ``optimize``, ``references``.
 
     Returns:
-        The verified Package; ``report`` holds the comparison against eager.
+        The verified Package; ``report`` holds the comparison against eager, and
+        ``result`` the whole record of the export (stages' times, graph, ops).
 
     Raises:
         VerificationError: an output differs from eager beyond the tolerance (the
-            report is on the exception's ``report``); nothing is written.
+            report is on the exception's ``report``, the record on its
+            ``result``); nothing is written.
         ExportError, CompileError, OpLibraryError, InputError, ModelError: from the
-            stages, with the same messages as the CLI.
+            stages.
     """
-    from .compiler.pipeline import BuildConfig, export_and_compile
-    from .models.call import CallInputs
+    from .compiler.pipeline import export_and_compile
+    from .models.example import given_example
 
+    chosen = _options(options, option_values)
     program = model if isinstance(model, torch.export.ExportedProgram) else None
-    if program is not None:
-        eager = program.module()
-    elif isinstance(model, nn.Module):
-        eager = model
+    call = None
+    if isinstance(model, (IdentitySource, FactorySource)):
+        if args is not None or kwargs is not None or dynamic_shapes is not None:
+            raise InputError(f"a {type(model).__name__} makes its own example call: pass no args, kwargs or "
+                             "dynamic_shapes with it")
+        source: Any = model
+        eager = None
+        name = "IdentityModel" if isinstance(model, IdentitySource) else model.target.rpartition(":")[2]
     else:
-        raise InputError(f"model must be an nn.Module or a torch.export.ExportedProgram, got a {type(model).__name__}")
-    call = CallInputs.of(args, kwargs)
+        if program is not None:
+            eager = program.module()
+        elif isinstance(model, nn.Module):
+            eager = model
+        else:
+            raise InputError(f"model must be an nn.Module or a torch.export.ExportedProgram, got a "
+                             f"{type(model).__name__}")
+        if args is None:
+            raise InputError("export needs the example call: pass args (a tuple of the model's positional "
+                             "arguments, or one tensor)")
+        call = CallInputs.of(args, kwargs)
+        source = given_example(eager, call, chosen.device)
+        name = type(eager).__name__
     if package_path is None:
-        package_path = Path(tempfile.mkdtemp(prefix="aoti_deploy_")) / f"{type(eager).__name__}.pt2"
-    config = BuildConfig(
-        device=device,
-        output=Path(package_path),
-        op_libs=[Path(p) for p in op_libraries],
-        fake_modules=_module_names(fake_modules),
-        input_values=dict(input_values or {}),
-        allow_python_ops=allow_python_ops,
-        tolerance=_tolerance(tolerance),
-        cpu_target=cpu_target,
-        force=force,
-        verify=check,
-        inductor_configs=dict(inductor_configs or {}),
-    )
-    build = export_and_compile(config, _logged_stages(on_stage), model=eager, example=call,
-                               dynamic_shapes=dynamic_shapes, program=program)
-    report = _build_report(build) if check else None
-    if not build.written:
+        suffix = ".onnx" if chosen.target == "onnx" else ".pt2"
+        package_path = Path(tempfile.mkdtemp(prefix="aoti_deploy_")) / f"{name}{suffix}"
+    result = export_and_compile(source, chosen, Path(package_path), _logged_stages(on_stage),
+                                dynamic_shapes=dynamic_shapes, program=program)
+    report = _build_report(result) if chosen.check else None
+    if not result.written:
         error = VerificationError(
-            f"the package differs from eager beyond the tolerance ({build.tolerance.describe()}), so it was not "
+            f"the package differs from eager beyond the tolerance ({result.tolerance.describe()}), so it was not "
             f"written:\n{report}\nRaise the tolerance if this is expected (tolerance={{'rtol': R, 'atol': A}}), or "
             "find the op that differs"
         )
         error.report = report  # type: ignore[attr-defined]
+        error.result = result  # type: ignore[attr-defined]
         raise error
-    package = Package(build.package_path, build.spec, report=report, model=eager, example=call)
-    package._libraries = list(build.op_libraries)
+    package = Package(result.package_path, result.spec, report=report, model=eager, example=call)
+    package._libraries = list(result.op_libraries)
+    package.result = result
     return package
+
+
+def _options(options: ExportOptions | None, values: Mapping[str, Any]) -> ExportOptions:
+    """``options`` with ``values`` (ExportOptions fields by name) over it."""
+    fields = {f.name for f in dataclasses.fields(ExportOptions)}
+    unknown = sorted(set(values) - fields)
+    if unknown:
+        raise InputError(f"export got unknown option(s) {', '.join(unknown)}; the options are ExportOptions' "
+                         f"fields: {', '.join(sorted(fields))}")
+    values = dict(values)
+    if "tolerance" in values:
+        values["tolerance"] = _tolerance(values["tolerance"])
+    for name in ("op_libraries", "references"):
+        if values.get(name) is not None:
+            values[name] = [Path(p) for p in values[name]] if name == "op_libraries" else Path(values[name])
+    if "fake_modules" in values:
+        values["fake_modules"] = _module_names(values["fake_modules"])
+    for name in ("input_values", "inductor_configs"):
+        if name in values:
+            values[name] = dict(values[name] or {})
+    return dataclasses.replace(options or ExportOptions(), **values)
 
 
 _log = logging.getLogger("aoti_deploy")
@@ -232,15 +247,16 @@ def _logged_stages(on_stage: Callable[[str], None] | None) -> Callable[[str], No
     return stage
 
 
-def _build_report(build: Any) -> Report:
-    checks = []
-    for label, comparison in build.checks:
-        bits = comparison.bits
-        checks.append(OutputCheck(
-            name=label, passed=comparison.passed, identical=bits.identical, num_differ=bits.num_differ,
-            max_abs=bits.max_abs_diff, max_ulp=bits.max_ulp, first_index=bits.first_index, detail=str(comparison),
-        ))
-    return Report("eager", build.tolerance, tuple(checks))
+def _output_check(name: str, comparison: Any) -> OutputCheck:
+    bits = comparison.bits
+    return OutputCheck(
+        name=name, passed=comparison.passed, identical=bits.identical, num_differ=bits.num_differ,
+        max_abs=bits.max_abs_diff, max_ulp=bits.max_ulp, first_index=bits.first_index, detail=str(comparison),
+    )
+
+
+def _build_report(result: Any) -> Report:
+    return Report("eager", result.tolerance, tuple(_output_check(label, c) for label, c in result.checks))
 
 
 def load(
@@ -299,6 +315,8 @@ class Package:
         self._trusted_key: str | os.PathLike[str] | None = None
         self._require_signature = False
         self._libraries: list[Path] = []
+        # The export's whole record (stages, graph, ops, checks) when this process made it.
+        self.result: BuildResult | None = None
 
     def __repr__(self) -> str:
         return f"Package({str(self.path)!r})"
@@ -355,7 +373,6 @@ class Package:
     def flat_inputs(self, args: Any, kwargs: Mapping[str, Any] | None = None) -> list[torch.Tensor]:
         """The tensors a call passes to the package, in the package's order (what a
         tensor file for the C++ runner holds)."""
-        from .models.call import CallInputs
         from .runtime.aoti import call_tensors
 
         call = CallInputs.of(args, kwargs)
@@ -386,9 +403,8 @@ class Package:
         Returns:
             The Report (it does not raise on a difference: check ``passed``).
         """
-        from .models.call import CallInputs
         from .models.user import flatten_outputs
-        from .verify.tolerance import compare
+        from .verify.tolerance import compare_outputs
 
         if against not in AGAINST:
             raise InputError(f"against={against!r}: expected one of {', '.join(AGAINST)}")
@@ -407,19 +423,10 @@ class Package:
         else:
             rule = _tolerance(tolerance) or Tolerance(BITWISE)
             references = self._run_cpp(tensors)
-        if len(references) != len(outputs):
-            raise VerificationError(f"the package returned {len(outputs)} output(s), the {against} reference "
-                                    f"{len(references)}")
         names = [t.name or f"output_{k}" for k, t in enumerate(self.spec.outputs)] if self.spec.outputs else []
-        checks = []
-        for k, (actual, expected) in enumerate(zip(outputs, references)):
-            comparison = compare(actual, expected.to(actual.device), rule)
-            bits = comparison.bits
-            checks.append(OutputCheck(
-                name=names[k] if k < len(names) else f"output_{k}", passed=comparison.passed,
-                identical=bits.identical, num_differ=bits.num_differ, max_abs=bits.max_abs_diff,
-                max_ulp=bits.max_ulp, first_index=bits.first_index, detail=str(comparison),
-            ))
+        compared = compare_outputs(outputs, references, rule, lambda k: names[k] if k < len(names) else f"output_{k}",
+                                   reference_name=f"{against} reference")
+        checks = [_output_check(name, comparison) for name, comparison in compared]
         return Report(against, rule, tuple(checks))
 
     def _cpp_runner(self, runner: str | os.PathLike[str] | None = None) -> Any:
@@ -439,10 +446,15 @@ class Package:
                op_libraries: Sequence[str | os.PathLike[str]] = ()) -> Path:
         """Write a deploy bundle (the package and the op libraries it records),
         signed with OpenSSF Model Signing if ``sign_key`` (a PEM EC private key) is
-        given. Returns the bundle folder."""
+        given. Default libraries: those the export loaded that the package records
+        (one loaded but not called after compiling stays out). Returns the bundle
+        folder."""
+        from .package.bundle import recorded_libraries
         from .package.bundle_writer import write_bundle
 
-        return write_bundle(self.path, list(op_libraries) or self._libraries, directory, sign_key)
+        recorded = recorded_libraries(self.spec)
+        libraries = list(op_libraries) or [path for path in self._libraries if Path(path).name in recorded]
+        return write_bundle(self.path, libraries, directory, sign_key)
 
     def to_triton(self, repository: str | os.PathLike[str], name: str | None = None, *,
                   kubernetes: str | os.PathLike[str] | None = None,
@@ -519,7 +531,6 @@ class Package:
             whose ``skipped`` says why. ``table()``, ``markdown()``, ``to_json()``.
         """
         from .bench.package_bench import benchmark_package
-        from .models.call import CallInputs
 
         return benchmark_package(
             self, CallInputs.of(args, kwargs), model if model is not None else self._model,

@@ -25,7 +25,10 @@ import torch
 from ..errors import AotiDeployError, VerificationError
 from ..models.identity import IdentityModel
 from ..ops.loader import load_op_library
-from ..compiler.pipeline import BuildConfig, BuildResult, export_and_compile
+from ..compiler.options import ExportOptions
+from ..compiler.pipeline import export_and_compile
+from ..compiler.result import BuildResult
+from ..models.example import FactorySource, IdentitySource
 from ..runtime.tensor_files import save_tensors
 from ..package.host import CPU_TARGETS
 from .cold_start import ColdStartResult, measure_cold_start
@@ -358,16 +361,16 @@ def run_benchmark(
         warmup = max(1, iterations // 10)
         step(f"{name}: compile the package")
         batch, channels, height, width = shape
-        config = BuildConfig(batch=batch, channels=channels, height=height, width=width, op_libs=[library],
-                             output=work_dir / f"model_{name}.pt2", optimize=optimize)
-        package_path = require_verified(export_and_compile(config), "the package")
+        source = IdentitySource(batch=batch, channels=channels, height=height, width=width)
+        options = ExportOptions(op_libraries=[library], optimize=optimize)
+        package_path = require_verified(export_and_compile(source, options, work_dir / f"model_{name}.pt2"),
+                                        "the package")
         target_packages = {}
         for cpu_target in report.cpu_targets:
             step(f"{name}: compile the package for {cpu_target}")
-            target_config = dataclasses.replace(config, cpu_target=cpu_target,
-                                                output=work_dir / f"model_{name}_{cpu_target}.pt2")
-            target_packages[cpu_target] = require_verified(export_and_compile(target_config),
-                                                           f"the {cpu_target} package")
+            target_packages[cpu_target] = require_verified(
+                export_and_compile(source, dataclasses.replace(options, cpu_target=cpu_target),
+                                   work_dir / f"model_{name}_{cpu_target}.pt2"), f"the {cpu_target} package")
         target_runs: dict[str, list[dict[str, object]]] = {cpu_target: [] for cpu_target in target_packages}
         x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
         inputs = save_tensors(work_dir / f"input_{name}.pt", [x])
@@ -382,7 +385,7 @@ def run_benchmark(
             latencies["torch.compile"] = time_calls(lambda: compiled(x), iterations, warmup)
             if onnx:
                 step(f"{name}: ONNX in onnxruntime")
-                latencies[ONNX_PATH] = _time_onnx(config, work_dir / f"model_{name}.onnx", x, iterations, warmup)
+                latencies[ONNX_PATH] = _time_onnx(source, options, work_dir / f"model_{name}.onnx", x, iterations, warmup)
             step(f"{name}: AOTI-Python and AOTI-C++ (with the floor), alternating")
             package = torch._inductor.aoti_load_package(str(package_path))
             # Alternated, so a slow phase of a shared host weighs on both alike.
@@ -451,11 +454,11 @@ def _measure_signing(work_dir: Path, runner: Path, library: Path, optimize: bool
 
     private_key, public_key = make_key_pair(work_dir / "keys")
     step("signed bundles: compile the demo package and a 68 MB one")
-    demo = require_verified(export_and_compile(BuildConfig(op_libs=[library], optimize=optimize,
-                                                           output=work_dir / "model_1x3x224x224.pt2")), "the package")
-    large = require_verified(export_and_compile(BuildConfig(
-        model="aoti_deploy.bench.signing:large_weights_model", op_libs=[library], optimize=optimize,
-        output=work_dir / "model_large_weights.pt2")), "the package")
+    options = ExportOptions(op_libraries=[library], optimize=optimize)
+    demo = require_verified(export_and_compile(IdentitySource(), options, work_dir / "model_1x3x224x224.pt2"),
+                            "the package")
+    large = require_verified(export_and_compile(FactorySource("aoti_deploy.bench.signing:large_weights_model"),
+                                                options, work_dir / "model_large_weights.pt2"), "the package")
     results = []
     for name, package, libraries in [("demo 1x3x224x224", demo, [library]), ("64 MB weight", large, [])]:
         step(f"signed bundles: {name}, verification and cold start")
@@ -472,8 +475,9 @@ def _measure_cold_start(work_dir: Path, runner: Path, library: Path, optimize: b
     step("cold start: aoti_runner, run_inference and run_inference --help, whole processes")
     package = work_dir / "model_1x3x224x224.pt2"
     if not any(size.name == "1x3x224x224" for size in report.sizes):
-        package = require_verified(export_and_compile(BuildConfig(op_libs=[library], optimize=optimize,
-                                                                  output=package)), "the package")
+        package = require_verified(export_and_compile(IdentitySource(), ExportOptions(op_libraries=[library],
+                                                                                      optimize=optimize), package),
+                                   "the package")
     return measure_cold_start(package, library, runner)
 
 
@@ -495,13 +499,14 @@ def _measure_triton(work_dir: Path, runner: Path, library: Path, optimize: bool,
     measured = next((size for size in report.sizes if size.name == demo), None)
     step(f"Triton: compile the demo package with a dynamic batch (1..{MAX_BATCH})")
     batch, channels, height, width = shape
-    config = BuildConfig(batch=batch, channels=channels, height=height, width=width, op_libs=[library],
-                         optimize=optimize, output=package)
+    source = IdentitySource(batch=batch, channels=channels, height=height, width=width)
+    options = ExportOptions(op_libraries=[library], optimize=optimize)
     if measured is None:
-        package = require_verified(export_and_compile(config), "the package")
-    dynamic = require_verified(export_and_compile(dataclasses.replace(
-        config, dynamic=("batch",), ranges={**config.ranges, "batch": (1, MAX_BATCH)},
-        output=work_dir / f"model_{demo}_batch_1-{MAX_BATCH}.pt2")), "the dynamic-batch package")
+        package = require_verified(export_and_compile(source, options, package), "the package")
+    dynamic_source = dataclasses.replace(source, dynamic=("batch",), ranges={**source.ranges, "batch": (1, MAX_BATCH)})
+    dynamic = require_verified(export_and_compile(dynamic_source, options,
+                                                  work_dir / f"model_{demo}_batch_1-{MAX_BATCH}.pt2"),
+                               "the dynamic-batch package")
     reference = None
     if measured is not None:
         reference = InProcessReference(measured.latencies["AOTI-C++"], f"this run's AOTI-C++ {demo} row "
@@ -514,13 +519,14 @@ def _measure_triton(work_dir: Path, runner: Path, library: Path, optimize: bool,
         in_process=reference, on_step=step)
 
 
-def _time_onnx(config: BuildConfig, output: Path, x: torch.Tensor, iterations: int, warmup: int) -> Latency:
-    """Export the config's model to a portable ONNX file (verified bit for bit like
+def _time_onnx(source: IdentitySource, options: ExportOptions, output: Path, x: torch.Tensor, iterations: int,
+               warmup: int) -> Latency:
+    """Export the source's model to a portable ONNX file (verified bit for bit like
     any export) and time a bare onnxruntime CPU session on ``x``: numpy in, numpy out,
     the session's default threads."""
     import onnxruntime
 
-    require_verified(export_and_compile(dataclasses.replace(config, format="onnx", output=output)), "the ONNX file")
+    require_verified(export_and_compile(source, dataclasses.replace(options, target="onnx"), output), "the ONNX file")
     session = onnxruntime.InferenceSession(str(output), providers=["CPUExecutionProvider"])
     feed = {session.get_inputs()[0].name: x.numpy()}
     return time_calls(lambda: session.run(None, feed), iterations, warmup)

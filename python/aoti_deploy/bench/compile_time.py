@@ -45,12 +45,11 @@ done = time.perf_counter()
 print(json.dumps({"import": imported, "total": done - start,
                   "stages": {"export": exported - start, "compile": done - exported}}))
 """
-# The toolkit's export_and_compile (export_compile's stage function), timed the same way.
+# The toolkit's export (the Python API, under aoti-deploy export), timed the same way.
 _TOOLKIT = _IMPORTS + """
-from pathlib import Path
-from aoti_deploy.compiler.pipeline import BuildConfig, export_and_compile
+import aoti_deploy as ad
 start = time.perf_counter()
-result = export_and_compile(BuildConfig(output=Path(sys.argv[2]), op_libs=[Path(sys.argv[1])], force=True))
+result = ad.export(ad.IdentitySource(), package_path=sys.argv[2], op_libraries=[sys.argv[1]], force=True).result
 total = time.perf_counter() - start
 assert result.written and result.passed, "the package failed its checks"
 print(json.dumps({"import": imported, "total": total, "stages": result.timings}))
@@ -83,7 +82,7 @@ class CompileTimes:
     runs: int  # cold runs of each flow, in rotating order; the median run is kept
     isa_probe_s: float  # Inductor's first-ever probe of the host's vector ISAs (cached after)
     baseline: CompileRun  # torch.export.export + aoti_compile_and_package
-    toolkit: CompileRun  # export_and_compile: export, optimize, compile, verify, spec
+    toolkit: CompileRun  # aoti_deploy.export: export, optimize, compile, verify, spec
     toolkit_one_thread: CompileRun  # the same with TORCHINDUCTOR_COMPILE_THREADS=1
     warm_s: float  # export_compile CLI, whole process, on a cache hit (median)
     default_threads: int  # Inductor's compile_threads here

@@ -5,7 +5,6 @@ hold, say which layer changes which values."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +16,9 @@ from ..errors import AotiDeployError
 from ..models.identity import IdentityModel
 from ..package.archive import read_package_spec
 from ..package.dtypes import DTYPES
-from ..compiler.pipeline import BuildConfig, export_and_compile, seeded_input
+from ..compiler.options import ExportOptions
+from ..compiler.pipeline import export_and_compile
+from ..models.example import IdentitySource, seeded_input
 from ..runtime.aoti import load_package
 from ..verify.special_values import special_values
 from ..runtime.cpp_runner import WROTE_OUTPUTS, CppRunner
@@ -163,14 +164,14 @@ def run_matrix(
             if on_step:
                 on_step(f"compile {dtype} {mode}")
             dynamic = mode == "dynamic"
-            config = BuildConfig(
+            source = IdentitySource(
                 batch=STATIC_SHAPE[0], channels=STATIC_SHAPE[1], height=STATIC_SHAPE[2], width=STATIC_SHAPE[3],
-                dtype=dtype, output=work_dir / f"model_{dtype}_{mode}.pt2", op_libs=[op_lib],
-                dynamic=("batch", "height", "width") if dynamic else (), ranges=dict(DYNAMIC_RANGES),
+                dtype=dtype, dynamic=("batch", "height", "width") if dynamic else (), ranges=dict(DYNAMIC_RANGES),
             )
-            package_path = export_and_compile(config).package_path
+            output = work_dir / f"model_{dtype}_{mode}.pt2"
+            package_path = export_and_compile(source, ExportOptions(op_libraries=[op_lib]), output).package_path
             package = load_package(package_path, read_package_spec(package_path))
-            onnx_session, onnx_skipped = _onnx_session(config, dtype) if onnx else (None, "")
+            onnx_session, onnx_skipped = _onnx_session(source, op_lib, output, dtype) if onnx else (None, "")
             # Each cell compiles afresh: the matrix compiles the same forward for every
             # dtype and shape mode, which would otherwise hit dynamo's recompile limit.
             torch._dynamo.reset()
@@ -202,15 +203,15 @@ def run_matrix(
     return results
 
 
-def _onnx_session(config: BuildConfig, dtype: str) -> tuple[Any, str]:
-    """Export the config's model to a portable ONNX file next to its package and
+def _onnx_session(source: IdentitySource, op_lib: Path, output: Path, dtype: str) -> tuple[Any, str]:
+    """Export the source's model to a portable ONNX file next to its package and
     load it: (session, "") or, for a dtype the ONNX target cannot run,
     (None, why). Any other failure raises."""
     from ..runtime.onnx_runtime import load_onnx
 
-    onnx_config = dataclasses.replace(config, format="onnx", output=config.output.with_suffix(".onnx"))
     try:
-        exported = export_and_compile(onnx_config)
+        exported = export_and_compile(source, ExportOptions(target="onnx", op_libraries=[op_lib]),
+                                      output.with_suffix(".onnx"))
         return load_onnx(exported.package_path, exported.spec), ""
     except AotiDeployError as error:
         if dtype not in ONNX_UNSUPPORTED or ONNX_UNSUPPORTED[dtype] not in str(error):

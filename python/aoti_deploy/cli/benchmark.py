@@ -352,7 +352,7 @@ def _print_triton(result: TritonBench) -> None:
 
 def _cpu_targets(text: str) -> list[str]:
     """--cpu-targets: '' is every level this host has, 'none' is none."""
-    from ..compiler.cpu_target import check_cpu_target
+    from ..package.host import check_cpu_target
     from ..package.host import CPU_TARGETS, host_cpu_flags, host_cpu_targets
 
     if text.strip().lower() == "none":

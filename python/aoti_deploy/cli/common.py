@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, List, NoReturn, Optional
@@ -140,11 +140,16 @@ def require_runner(runner: Path | None) -> Path:
     return runner_path(runner)
 
 
-def exit_with(error: Exception) -> NoReturn:
+def exit_with(error: Exception, flags: Mapping[str, str] | None = None) -> NoReturn:
     """Print ``error`` on stderr and exit with its code: a toolkit error's own code,
-    2 for anything unexpected (never 1, which means "bits differ")."""
+    2 for anything unexpected (never 1, which means "bits differ"). ``flags`` maps
+    the API's words in a message (``allow_python_ops=True``) to the command's own
+    (``--allow-python-ops``)."""
     if isinstance(error, AotiDeployError):
-        err_console.print(Text.assemble(("error: ", "bold red"), str(error)), soft_wrap=True)
+        message = str(error)
+        for words, flag in (flags or {}).items():
+            message = message.replace(words, flag)
+        err_console.print(Text.assemble(("error: ", "bold red"), message), soft_wrap=True)
         raise typer.Exit(error.exit_code)
     err_console.print(
         Text.assemble(("error: ", "bold red"), f"unexpected {type(error).__name__}: {error}"), soft_wrap=True

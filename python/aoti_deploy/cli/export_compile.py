@@ -15,19 +15,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import EXIT_MISMATCH, AotiDeployError
+from ..api import ONNX_STAGES, STAGES, BuildResult, ExportOptions, FactorySource, IdentitySource, Package, export
+from ..errors import EXIT_MISMATCH, AotiDeployError, VerificationError
+from ..models.example import DEFAULT_RANGES
 from ..package.host import CPU_TARGET_NAMES, CPU_TARGETS
-from ..compiler.pipeline import (
-    DEFAULT_RANGES,
-    ONNX_STAGES,
-    REFERENCE_EAGER,
-    REFERENCE_INPUTS,
-    REFERENCE_OUTPUTS,
-    STAGES,
-    BuildConfig,
-    BuildResult,
-    export_and_compile,
-)
+from ..runtime.tensor_files import REFERENCE_EAGER, REFERENCE_FILES, REFERENCE_INPUTS, REFERENCE_OUTPUTS
 from ..verify.tolerance import FAILED, list_verdict, verdict_line
 from .parsing import parse_dynamic_dim, parse_inductor_configs, parse_input_values, parse_model_args, parse_shape
 from .common import (
@@ -375,51 +367,53 @@ def export_compile(
             )
         )
     try:
-        config = BuildConfig(
-            model=model,
-            model_args=parse_model_args(model_arg or []),
-            input_shapes=[parse_shape(text) for text in input_shape or []],
-            dynamic_dims=[parse_dynamic_dim(text) for text in dynamic_dim or []],
-            input_values=parse_input_values(input_values or []),
-            inductor_configs=parse_inductor_configs(inductor_config or []),
-            fake_modules=list(fake_module or []),
-            save_reference=save_reference,
-            allow_python_ops=allow_python_ops,
+        if model is None:
+            source: IdentitySource | FactorySource = IdentitySource(
+                channels=channels, batch=batch, height=height, width=width, dtype=dtype.value, seed=seed,
+                dynamic=tuple(name.strip() for name in dynamic.split(",") if name.strip()),
+                ranges={
+                    "batch": _parse_range("--batch-range", batch_range),
+                    "height": _parse_range("--height-range", height_range),
+                    "width": _parse_range("--width-range", width_range),
+                },
+                variant=variant.value,
+            )
+        else:
+            source = FactorySource(
+                model, model_args=parse_model_args(model_arg or []),
+                input_shapes=[parse_shape(text) for text in input_shape or []],
+                dynamic_dims=[parse_dynamic_dim(text) for text in dynamic_dim or []],
+                dtype=dtype.value, seed=seed, input_values=parse_input_values(input_values or []),
+            )
+        _check_model_flags(source, dynamic, variant, input_values, input_shape, dynamic_dim, model_arg)
+        options = ExportOptions(
+            target=target.value, onnx_mode=onnx_mode.value, device=device.value, op_libraries=list(op_lib or []),
+            fake_modules=list(fake_module or []), cpu_target=cpu_target.value, seed=seed,
             tolerance=tolerance_override(bitwise, max_ulp, rtol, atol),
-            optimize=optimize,
-            force=force,
-            op_libs=list(op_lib or []),
-            channels=channels,
-            batch=batch,
-            height=height,
-            width=width,
-            dtype=dtype.value,
-            device=device.value,
-            seed=seed,
-            output=output or DEFAULT_OUTPUTS[target],
-            format=target.value,
-            onnx_mode=onnx_mode.value,
-            cpu_target=cpu_target.value,
-            dynamic=tuple(name.strip() for name in dynamic.split(",") if name.strip()),
-            variant=variant.value,
-            ranges={
-                "batch": _parse_range("--batch-range", batch_range),
-                "height": _parse_range("--height-range", height_range),
-                "width": _parse_range("--width-range", width_range),
-            },
+            input_values=dict(getattr(source, "input_values", {})), allow_python_ops=allow_python_ops,
+            inductor_configs=parse_inductor_configs(inductor_config or []), optimize=optimize, force=force,
+            references=save_reference,
         )
     except Exception as error:  # a bad --model-arg, --input-shape or --dynamic-dim
         exit_with(error)
+    package: Package | None = None
     try:
         with step_progress(len(ONNX_STAGES if target is Format.onnx else STAGES)) as on_stage:
-            result = export_and_compile(config, on_stage=on_stage)
+            package = export(source, options=options, package_path=output or DEFAULT_OUTPUTS[target],
+                             on_stage=on_stage)
+        result = package.result
+    except VerificationError as error:  # the checks failed: the summary says where
+        if getattr(error, "result", None) is None:
+            exit_with(error, FLAGS)
+        result = error.result  # type: ignore[attr-defined]
     except Exception as error:  # typed errors keep their code; anything else exits 2
-        exit_with(error)
+        exit_with(error, FLAGS)
+    assert result is not None
     bundle_rows: list[tuple[str, str]] = []
     if bundle is not None:
-        if result.written:
+        if package is not None:
             try:
-                bundle_rows = _write_bundle(result, bundle, sign_key)
+                bundle_rows = _write_bundle(package, bundle, sign_key)
             except Exception as error:  # the package stays written; the bundle is not
                 exit_with(error)
         else:
@@ -481,7 +475,7 @@ def export_compile(
     if result.reference_dir is not None:
         table.add_row(
             "reference",
-            ", ".join(str(result.reference_dir / name) for name in (REFERENCE_INPUTS, REFERENCE_OUTPUTS, REFERENCE_EAGER)),
+            ", ".join(str(result.reference_dir / name) for name in REFERENCE_FILES),
         )
     console.print(table)
     against = "onnxruntime" if target is Format.onnx else "package"
@@ -492,16 +486,11 @@ def export_compile(
         raise typer.Exit(EXIT_MISMATCH)
 
 
-def _write_bundle(result: BuildResult, dest: Path, sign_key: Path | None) -> list[tuple[str, str]]:
+def _write_bundle(package: Package, dest: Path, sign_key: Path | None) -> list[tuple[str, str]]:
     """Write the bundle of the package just written; the summary's rows for it."""
-    from ..package.bundle import SIGNATURE_NAME, file_digests, recorded_libraries
-    from ..package.bundle_writer import write_bundle
+    from ..package.bundle import SIGNATURE_NAME, file_digests
 
-    # Libraries loaded for the export but not recorded (the graph does not call them
-    # after compiling) stay out of the bundle.
-    recorded = recorded_libraries(result.spec)
-    libraries = [path for path in result.op_libraries if Path(path).name in recorded]
-    written = write_bundle(result.package_path, libraries, dest, sign_key)
+    written = package.bundle(dest, sign_key=sign_key)
     files = file_digests(written)
     rows = [("bundle", f"{written}: " + ", ".join(found.name for found in files))]
     if sign_key is None:
@@ -515,6 +504,41 @@ def _write_bundle(result: BuildResult, dest: Path, sign_key: Path | None) -> lis
             f"{SIGNATURE_NAME}, {len(signature.files)} files signed with {sign_key} (key hint {signature.key_hint})",
         ))
     return rows
+
+
+def _check_model_flags(source: IdentitySource | FactorySource, dynamic: str, variant: Variant,
+                       input_values: list[str] | None, input_shape: list[str] | None,
+                       dynamic_dim: list[str] | None, model_arg: list[str] | None) -> None:
+    """Each model's own flags: --dynamic and --variant are the IdentityModel's,
+    --input-shape, --dynamic-dim, --model-arg and --input-values a --model's."""
+    if isinstance(source, FactorySource):
+        if dynamic.strip() or variant is not Variant.functional:
+            raise AotiDeployError(
+                "--dynamic and --variant apply to the built-in IdentityModel; with --model, "
+                "give dynamic dims with --dynamic-dim INPUT.DIM=MIN:MAX", kind="usage",
+            )
+        return
+    if input_values:
+        raise AotiDeployError("--input-values applies to a model given with --model; the IdentityModel takes no "
+                              "integer input", kind="usage")
+    if input_shape or dynamic_dim or model_arg:
+        raise AotiDeployError(
+            "--input-shape, --dynamic-dim and --model-arg apply to a model given with --model; "
+            "the built-in IdentityModel takes --batch/--channels/--height/--width and --dynamic", kind="usage",
+        )
+
+
+# The API's words in an error, as this command's flags.
+FLAGS = {
+    "allow_python_ops=True": "--allow-python-ops",
+    "allow_python_ops applies": "--allow-python-ops applies",
+    "cpu_target applies": "--cpu-target applies",
+    "inductor_configs apply": "--inductor-config applies",
+    "package_path ": "--output ",
+    "export with target='onnx'": "run export_compile onnx",
+    "(device='cpu')": "(--device cpu)",
+    "with op_libraries": "with --op-lib",
+}
 
 
 def _describe_rule(result: BuildResult) -> str:

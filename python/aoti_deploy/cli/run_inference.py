@@ -12,7 +12,7 @@ from typing import Annotated, List, NoReturn, Optional
 
 import typer
 
-from ..errors import EXIT_MISMATCH, InputError
+from ..errors import EXIT_MISMATCH, InputError, VerificationError
 from .common import (
     AtolOption,
     BitwiseOption,
@@ -130,7 +130,7 @@ def run_inference(
         from ..runtime.tensor_files import load_tensors, save_tensors
         from ..runtime.trust import trust_policy
         from ..runtime.validation import validate_inputs
-        from ..verify.tolerance import compare, plan_checks
+        from ..verify.tolerance import compare_outputs, plan_checks
         from .parsing import parse_shape
     except Exception as error:  # a broken torch install: exit 2 with the reason, not 1 (a mismatch)
         exit_with(error)
@@ -199,19 +199,14 @@ def run_inference(
         return
     passed = True
     for check in checks:
-        if len(results) != len(check.references):
-            # The same words as aoti_runner's.
-            console.print(
-                f"{check.name}: the package returned {len(results)} output(s), but there are "
-                f"{len(check.references)} {check.reference_name} tensor(s) to compare with"
-            )
+        try:
+            comparisons = compare_outputs(results, check.references, check.tolerance,
+                                          lambda i: f"verify: output[{i}] vs {check.reference_name}[{i}]",
+                                          reference_name=check.reference_name)
+        except VerificationError as error:  # the counts differ: aoti_runner's words
+            console.print(f"{check.name}: {error}")
             passed = False
             continue
-        try:
-            comparisons = [
-                (f"verify: output[{i}] vs {check.reference_name}[{i}]", compare(result, reference, check.tolerance))
-                for i, (result, reference) in enumerate(zip(results, check.references))
-            ]
         except Exception as error:  # e.g. tensors of a width with no integer twin: exit 2, not 1
             exit_with(error)
         passed = print_check(check.name, comparisons) and passed

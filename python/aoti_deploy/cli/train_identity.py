@@ -11,10 +11,10 @@ import torch
 import typer
 from rich.table import Table
 
+from ..api import IdentitySource, export
 from ..errors import EXIT_MISMATCH
 from ..ops.loader import load_op_library
-from ..bench.parity import run_cpp_runner
-from ..compiler.pipeline import BuildConfig, export_and_compile
+from ..runtime.cpp_runner import WROTE_OUTPUTS, CppRunner
 from ..models.train import train_channel_scale
 from ..verify.tolerance import BITWISE, Tolerance, compare
 from .common import OpLibOption, RunnerOption, console, exit_with, print_check, require_runner, step_progress
@@ -51,15 +51,12 @@ def train_identity(
         with step_progress(steps) as on_step:
             result = train_channel_scale(target, steps=steps, lr=lr, on_step=lambda i, loss: on_step(f"step {i + 1} loss {loss:.2e}"))
         # Per-channel scaling compiles to the same multiply eager does: held to its bits.
-        config = BuildConfig(
-            batch=2, channels=len(target), height=8, width=12, output=output, op_libs=[library],
-            tolerance=Tolerance(BITWISE),
-        )
-        build = export_and_compile(config, model=result.model)
+        source = IdentitySource(batch=2, channels=len(target), height=8, width=12, model=result.model)
+        build = export(source, package_path=output, op_libraries=[library], tolerance=Tolerance(BITWISE)).result
         x = build.example_input
         with torch.no_grad():
             eager = result.model(x)
-        cpp_output = run_cpp_runner(runner, build.package_path, library, x)
+        (cpp_output,) = CppRunner(build.package_path, [library], executable=runner).outputs([x], accept=WROTE_OUTPUTS)
     except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)
 

@@ -12,9 +12,18 @@ import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
+
+from ..errors import PackageError
+from ..models.example import ModelExample
+from ..package.archive import read_package_spec
+from ..package.host import target_cpu_flags
+from ..package.spec import PackageSpec
+from .eager_check import recorded_checks
+from .options import ExportOptions
 
 _TOOLKIT_DIR = Path(__file__).resolve().parents[1]
 
@@ -163,3 +172,50 @@ def cache_key(
         "cpu_flags": sorted(cpu_flags),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def build_cache_key(
+    example: ModelExample, options: ExportOptions, libraries: list[Path], dynamic_shapes: Any
+) -> str:
+    """The compile-cache key of one export. The op libraries counted are those it
+    loaded (the options', or the default one). The tolerance is not in the key: it
+    changes the check, not the compiled code."""
+    inputs = example.inputs
+    key_options = {
+        "device": options.device,
+        **example.key,
+        "dynamic": [str(d) for d in example.dynamic_dims],
+        "optimize": options.optimize,
+        "allow_python_ops": options.allow_python_ops,
+        "fake_modules": list(options.fake_modules),
+        "cpu_target": options.cpu_target,
+        # The call's structure with its Python scalars (baked in), and the API's
+        # dynamic shapes. Version 2 of the spec's contents records names.
+        "call": repr(example.call.with_tensors([None] * len(inputs))),
+        "dynamic_shapes": repr(dynamic_shapes),
+        "contents": 2,
+        **({"inductor_configs": sorted(options.inductor_configs.items())} if options.inductor_configs else {}),
+        # Only when given, so the keys of packages built without it stay as they were.
+        **({"input_values": sorted(options.input_values.items())} if options.input_values else {}),
+    }
+    modules = list(options.fake_modules) + ([example.source_module] if example.source_module else [])
+    return cache_key(example.model, inputs, example.traced, libraries, modules, key_options,
+                     target_cpu_flags(options.cpu_target))
+
+
+def cached_spec(output: Path, key: str) -> PackageSpec | None:
+    """The spec of the package at ``output`` if it was built (and verified) from the
+    same inputs, else None."""
+    if not output.is_file():
+        return None
+    try:
+        spec = read_package_spec(output)
+    except PackageError:
+        return None
+    if spec.cache_key != key or not spec.verified or spec.eager_check is None:
+        return None
+    try:
+        recorded_checks(spec, spec.eager_check)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return spec

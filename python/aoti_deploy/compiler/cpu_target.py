@@ -20,35 +20,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import CompileError, InputError
-from ..package.host import CPU_TARGET_NAMES, CPU_TARGETS, NATIVE, best_cpu_target, host_cpu_flags, missing_cpu_flags
+from ..errors import CompileError
+from ..package.host import CPU_TARGETS, NATIVE
 
 # The ISA each level gets (AOTI records it as AOTI_CPU_ISA). Inductor has no 128-bit
 # x86 ISA, and it compiles with -fno-tree-loop-vectorize: x86-64-v2 kernels are scalar.
 EXPECTED_ISA = {"x86-64-v2": "INVALID_VEC_ISA", "x86-64-v3": "AVX2", "x86-64-v4": "AVX512"}
 # Inductor's vector-ISA list is module state: one target at a time per process.
 _PATCH_LOCK = threading.Lock()
-
-
-def check_cpu_target(name: str, host_flags: set[str] | None = None) -> None:
-    """Raise InputError for an unknown target, or one this host cannot run: the
-    package is verified by running it here, so the host must have the target's
-    features."""
-    if name not in CPU_TARGET_NAMES:
-        raise InputError(f"unknown --cpu-target {name!r}; expected one of {', '.join(CPU_TARGET_NAMES)}")
-    if name == NATIVE:
-        return
-    host_flags = host_cpu_flags() if host_flags is None else host_flags
-    if "sse2" not in host_flags:
-        raise InputError(f"--cpu-target {name} is an x86-64 level, and this host is not x86-64; use --cpu-target native")
-    missing = missing_cpu_flags(list(CPU_TARGETS[name].flags), host_flags)
-    if missing:
-        best = best_cpu_target(host_flags)
-        hint = f"choose --cpu-target {best} or lower" if best else "choose --cpu-target native"
-        raise InputError(
-            f"--cpu-target {name} needs {', '.join(missing)}, which this host lacks; export_compile verifies the "
-            f"package by running it here, so {hint}, or export on a host with those features"
-        )
 
 
 @contextmanager

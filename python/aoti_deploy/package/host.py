@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import InputError
+
 # x86 /proc/cpuinfo flags that name instruction-set extensions gcc may use under
 # -march=native. Other flags (hypervisor, tsc, bug workarounds...) say nothing about
 # which instructions a binary may contain, so they are not required of a host.
@@ -95,3 +97,24 @@ def target_cpu_flags(name: str) -> list[str]:
     """The flags a package compiled for target ``name`` needs of a host: the target's
     own, or for native every instruction-set flag of this host."""
     return list(CPU_TARGETS[name].flags) if name in CPU_TARGETS else instruction_set_flags()
+
+
+def check_cpu_target(name: str, host_flags: set[str] | None = None) -> None:
+    """Raise InputError for an unknown target, or one this host cannot run: the
+    package is verified by running it here, so the host must have the target's
+    features."""
+    if name not in CPU_TARGET_NAMES:
+        raise InputError(f"unknown --cpu-target {name!r}; expected one of {', '.join(CPU_TARGET_NAMES)}")
+    if name == NATIVE:
+        return
+    host_flags = host_cpu_flags() if host_flags is None else host_flags
+    if "sse2" not in host_flags:
+        raise InputError(f"--cpu-target {name} is an x86-64 level, and this host is not x86-64; use --cpu-target native")
+    missing = missing_cpu_flags(list(CPU_TARGETS[name].flags), host_flags)
+    if missing:
+        best = best_cpu_target(host_flags)
+        hint = f"choose --cpu-target {best} or lower" if best else "choose --cpu-target native"
+        raise InputError(
+            f"--cpu-target {name} needs {', '.join(missing)}, which this host lacks; export_compile verifies the "
+            f"package by running it here, so {hint}, or export on a host with those features"
+        )

@@ -49,6 +49,23 @@ def save_tensors(path: str | Path, tensors: list[torch.Tensor]) -> Path:
     return path
 
 
+# The reference files an export writes for the runners' checks: the example inputs
+# (--inputs), the package's outputs for them (--expected, bitwise runtime parity) and
+# eager's (--eager-reference, under the recorded tolerance).
+REFERENCE_INPUTS = "inputs.pt"
+REFERENCE_OUTPUTS = "expected.pt"
+REFERENCE_EAGER = "eager.pt"
+REFERENCE_FILES = (REFERENCE_INPUTS, REFERENCE_OUTPUTS, REFERENCE_EAGER)
+
+
+def save_references(
+    folder: Path, inputs: list[torch.Tensor], outputs: list[torch.Tensor], eager: list[torch.Tensor]
+) -> None:
+    """Write the three reference files into ``folder``."""
+    for name, tensors in zip(REFERENCE_FILES, (inputs, outputs, eager)):
+        save_tensors(folder / name, tensors)
+
+
 def load_tensors(path: str | Path, names: Sequence[str] = (), role: str = "input") -> list[torch.Tensor]:
     """Read a list of tensors (a single tensor counts as a list of one), or a dict of
     name -> tensor, returned in the order of ``names``: the package's recorded names of

@@ -9,11 +9,12 @@ line; tests/contract/comparison_vectors.json pins both, word for word."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from ..errors import InputError
+from ..errors import InputError, VerificationError
 from ..package.spec import BITWISE, CLOSE, RULES, ULP, Tolerance, fmt
 from .bits import BitReport, as_real, compare_bits, ulp_distance
 
@@ -123,6 +124,30 @@ def compare(actual: torch.Tensor, expected: torch.Tensor, tolerance: Tolerance) 
         index = ", ".join(str(int(i)) for i in torch.unravel_index(torch.tensor(flat), tuple(e_real.shape)))
         first = f"[{index}]: got {fmt(float(a[flat]))}, expected {fmt(float(e[flat]))}"
     return Comparison(bits, tolerance, expected.dtype, num_outside, first)
+
+
+def compare_outputs(
+    outputs: Sequence[torch.Tensor],
+    references: Sequence[torch.Tensor],
+    tolerance: Tolerance,
+    label: Callable[[int], str],
+    what: str = "the package",
+    reference_name: str = "reference",
+) -> list[tuple[str, Comparison]]:
+    """Each output against its reference under ``tolerance``, labelled ``label(k)``:
+    the one comparison the runners' checks, ``Package.verify`` and the export's check
+    against eager share.
+
+    Raises:
+        VerificationError: the counts differ (in aoti_runner's words).
+    """
+    if len(outputs) != len(references):
+        raise VerificationError(
+            f"{what} returned {len(outputs)} output(s), but there are {len(references)} {reference_name} "
+            "tensor(s) to compare with"
+        )
+    return [(label(k), compare(actual, expected.to(actual.device), tolerance))
+            for k, (actual, expected) in enumerate(zip(outputs, references))]
 
 
 def list_verdict(comparisons: list[Comparison]) -> str:

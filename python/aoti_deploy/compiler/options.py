@@ -1,0 +1,117 @@
+"""How to export, compile and check a model: ``ExportOptions``, one public type with
+documented defaults, as ``aoti_deploy.export`` takes them. What model to export, and
+with which example call, is not an option: see models/example.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from ..package.host import NATIVE
+from ..verify.tolerance import Tolerance
+
+TARGETS = ("pt2", "onnx")
+
+
+@dataclass
+class ExportOptions:
+    """The options of an export. Every field has a default; the defaults make a
+    verified ``.pt2`` package for this host's CPU.
+
+    Attributes:
+        target: "pt2" (an AOTInductor package for the Python and C++ runners) or
+            "onnx" (an ONNX file for onnxruntime, checked there).
+        onnx_mode: the ONNX target's "portable" (custom ops become standard ONNX ops)
+            or "custom-domain" (custom ops become nodes of their own domain).
+        device: "cpu" or "cuda".
+        op_libraries: op libraries (``.so`` paths) whose custom ops the model calls;
+            loaded first and recorded in the package. None given: the built-in
+            IdentityModel loads the project's library, any other model none.
+        fake_modules: modules (names) that register fake kernels for those ops;
+            imported after the libraries load.
+        cpu_target: "native" (this host's every instruction) or a portable x86-64
+            level (e.g. "x86-64-v3"); .pt2 only.
+        check: compare the package with eager before writing it; with False the
+            package records no checks.
+        tolerance: the rule against eager: None (bitwise for identity models, else
+            torch.testing's defaults per dtype) or a Tolerance; recorded.
+        seed: seed of the random inputs of other sizes that prove a dynamic package
+            is not specialised to the example.
+        input_values: value ranges of integer inputs (tensor input index -> (min,
+            max)) where export cannot see them; the runtimes refuse other values.
+        allow_python_ops: write a package for the Python runtime only when the graph
+            calls ops defined from Python.
+        inductor_configs: Inductor settings to compile with (e.g. {"freezing":
+            True}); .pt2 only, recorded and verified like everything else.
+        optimize: export-time graph rewrites that keep eager's bits.
+        force: rebuild even if the output holds a package built from the same inputs.
+        references: a folder to write the example inputs, the package's outputs and
+            eager's to (inputs.pt, expected.pt, eager.pt), for the runners' checks.
+    """
+
+    target: str = "pt2"
+    onnx_mode: str = "portable"
+    device: str = "cpu"
+    op_libraries: list[Path] = field(default_factory=list)
+    fake_modules: list[str] = field(default_factory=list)
+    cpu_target: str = NATIVE
+    check: bool = True
+    tolerance: Tolerance | None = None
+    seed: int = 0
+    input_values: dict[int, tuple[int, int]] = field(default_factory=dict)
+    allow_python_ops: bool = False
+    inductor_configs: dict[str, Any] = field(default_factory=dict)
+    optimize: bool = True
+    force: bool = False
+    references: Path | None = None
+
+    def validate(self, output: Path) -> None:
+        """Raise InputError for options that cannot work together, or an output name
+        that does not match the target (the runners tell .onnx files from .pt2
+        packages by the suffix). Normalises ``inductor_configs``."""
+        from .compile import check_inductor_configs
+        from ..package.host import check_cpu_target
+
+        if self.target not in TARGETS:
+            raise InputError(f"unknown target {self.target!r}; expected one of {', '.join(TARGETS)}")
+        if self.inductor_configs:
+            if self.target != "pt2":
+                raise InputError("inductor_configs apply to .pt2 packages; an ONNX file is not compiled by Inductor")
+            self.inductor_configs = check_inductor_configs(self.inductor_configs)
+        is_onnx_name = output.suffix.lower() == ".onnx"
+        if self.target == "pt2":
+            check_cpu_target(self.cpu_target)
+            if is_onnx_name:
+                raise InputError(
+                    f"package_path {output} names an ONNX file, but the target is a .pt2 package; export with "
+                    "target='onnx' for an ONNX file, or name the package *.pt2"
+                )
+            return
+        self._validate_onnx(output, is_onnx_name)
+
+    def _validate_onnx(self, output: Path, is_onnx_name: bool) -> None:
+        from ..runtime.onnx_extra import require_onnx
+        from .onnx_export import ONNX_MODES
+
+        if self.onnx_mode not in ONNX_MODES:
+            raise InputError(f"unknown ONNX mode {self.onnx_mode!r}; expected one of {', '.join(ONNX_MODES)}")
+        if not is_onnx_name:
+            raise InputError(
+                f"package_path {output}: an ONNX file must end in .onnx (the runners tell it from a .pt2 "
+                "package by the suffix)"
+            )
+        if self.device != "cpu":
+            raise InputError(
+                "the ONNX target exports on the CPU (device='cpu'): the file is device-independent, and "
+                "onnxruntime picks its execution provider when it loads it"
+            )
+        if self.allow_python_ops:
+            raise InputError("allow_python_ops applies to .pt2 packages; the ONNX target translates every op")
+        if self.cpu_target != NATIVE:
+            raise InputError(
+                "cpu_target applies to .pt2 packages; an ONNX file holds no compiled code (onnxruntime picks "
+                "its kernels for the host it runs on)"
+            )
+        require_onnx()

@@ -1,0 +1,153 @@
+"""The export and compile stages of a .pt2 package: export the model, refuse what C++
+cannot run before the compile, rewrite the graph (bit-exact optimizations, index
+checks), compile it beside the output under a temporary name, and make the package's
+recorded needs those of the compiled code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import ExportError
+from ..models.identity import IdentityModel, IdentityOutModel
+from ..ops.loader import libraries_for, namespaces_by_library
+from ..package.archive import rewrite_package_metadata
+from ..package.host import target_cpu_flags
+from ..package.spec import PackageSpec
+from .compile import compile_package
+from .export import (
+    GraphCalls,
+    export_model,
+    graph_calls,
+    input_specs,
+    output_specs,
+    package_extern_ops,
+    python_only_ops,
+    shared_dims,
+)
+from .index_guards import compile_with_checks_outside_parallel, guard_indices
+from .optimize import optimize_program
+from .options import ExportOptions
+from .stages import ExportRun
+from .staging import staging_path
+from .structure import check_tensor_outputs, constant_inputs
+from .value_ranges import record_value_ranges
+
+
+def export_and_compile_package(
+    run: ExportRun, dynamic_shapes: Any = None, program: torch.export.ExportedProgram | None = None,
+) -> tuple[GraphCalls, str, Path]:
+    """The export and compile stages: the graph's calls, the graph as text, and the
+    package compiled beside the output under a temporary name (the caller removes it
+    if verification fails)."""
+    example, options, stage = run.example, run.options, run.stage
+    traced = example.call.with_tensors(example.traced)
+    with stage("export"):
+        # Packages are for inference: tracing without autograd keeps the graph free of
+        # training-only state (and lets out= ops, which refuse autograd, export).
+        if program is None:
+            with torch.no_grad():
+                program = export_model(example.model, traced, example.dynamic_dims, dynamic_shapes)
+        # Refused before the compile, which takes seconds to minutes.
+        check_tensor_outputs(program)
+        constants = constant_inputs(program, traced)
+        optimization = optimize_program(program).summary() if options.optimize else "off (--no-optimize)"
+        calls = graph_calls(program)
+        if isinstance(example.model, IdentityModel):
+            _check_identity_layers(example.model, calls)
+        python_ops = python_only_ops(calls.op_refs(), options.device)
+        if python_ops and not options.allow_python_ops:
+            raise python_ops_error(python_ops, "the exported graph calls")
+        # The ranges follow inputs straight into index ops, so they are read before
+        # the guards put a check between the two.
+        inputs = record_value_ranges(program, input_specs(program), options.input_values)
+        graph_text = str(program.graph)  # the user's graph, before the checks and Inductor's decompositions
+        program, guards = guard_indices(program)
+
+    with stage("compile"):
+        native = [op for op in calls.ops if op not in python_ops] + calls.classes
+        spec = PackageSpec(
+            inputs=inputs,
+            outputs=output_specs(program),
+            device=options.device,
+            torch_version=torch.__version__,
+            required_ops=calls.op_refs(),
+            required_classes=calls.classes,
+            op_libraries=libraries_for(native),
+            op_library_namespaces=namespaces_by_library(native),
+            is_identity=bool(getattr(example.model, "is_identity", False)),
+            example_shapes=[tuple(x.shape) for x in traced.tensors()],
+            cpu_flags=target_cpu_flags(options.cpu_target),
+            cpu_target=options.cpu_target,
+            python_only_ops=sorted(python_ops),
+            fake_modules=list(options.fake_modules) + _defining_modules(python_ops, example.source_module),
+            optimizations=f"{optimization}; {guards.summary()}",
+            shared_dims=shared_dims(program),
+            eager_check=run.tolerance,
+            constant_inputs=constants,
+            inductor_configs=dict(options.inductor_configs),
+        )
+        staging = staging_path(run.output)
+        try:
+            package_path = compile_with_checks_outside_parallel(
+                lambda: compile_package(program, staging, spec, options.cpu_target, options.inductor_configs),
+                guards.messages)
+            _record_called_ops(package_path, spec, calls, options)
+        except BaseException:
+            staging.unlink(missing_ok=True)
+            raise
+
+    return calls, graph_text, package_path
+
+
+def python_ops_error(python_ops: dict[str, str], where: str) -> ExportError:
+    reasons = "; ".join(f"{op}: {reason}" for op, reason in python_ops.items())
+    return ExportError(
+        f"{where} {', '.join(python_ops)}, which the C++ runtime cannot run ({reasons}). The C++ "
+        "runtime has no Python to run such an op: define its schema and kernels in C++ "
+        "(TORCH_LIBRARY) and load the library with op_libraries, or pass allow_python_ops=True to "
+        "write a package for the Python runtime only."
+    )
+
+
+def _record_called_ops(package_path: Path, spec: PackageSpec, calls: GraphCalls, options: ExportOptions) -> None:
+    """Make the package's recorded needs those of the compiled code: the custom ops it
+    really calls (Inductor compiles some into its own kernels), the Python-only ones
+    among them, and the libraries that register them. A Python-only op that Inductor
+    was expected to compile but did not is refused here, and the package removed."""
+    called = package_extern_ops(package_path)
+    late = python_only_ops(called, options.device)
+    if late and not options.allow_python_ops:
+        package_path.unlink(missing_ok=True)
+        raise python_ops_error(late, "the compiled package calls")
+    python_ops = sorted(late)
+    needed = sorted({op.name for op in called if op.name not in late}) + calls.classes
+    libraries, namespaces = libraries_for(needed), namespaces_by_library(needed)
+    if (called, python_ops, libraries, namespaces) == (
+        spec.required_ops, spec.python_only_ops, spec.op_libraries, spec.op_library_namespaces
+    ):
+        return
+    spec.required_ops, spec.python_only_ops, spec.op_libraries = called, python_ops, libraries
+    spec.op_library_namespaces = namespaces
+    if not python_ops:
+        spec.fake_modules = list(options.fake_modules)
+    rewrite_package_metadata(package_path, package_path, spec.to_metadata())
+
+
+def _check_identity_layers(model: IdentityModel, calls: GraphCalls) -> None:
+    custom_op = "my_ops::identity_conv_op_out" if isinstance(model, IdentityOutModel) else "my_ops::identity_conv_op"
+    if "my_ops::IdentityConvClass" not in calls.classes or custom_op not in calls.ops:
+        raise ExportError(
+            f"the exported graph lost a custom layer: it calls ops {calls.ops} and classes "
+            f"{calls.classes}, expected {custom_op} and my_ops::IdentityConvClass"
+        )
+
+
+def _defining_modules(python_ops: dict[str, str], source_module: str | None) -> list[str]:
+    """The model's module, when Python-only ops are allowed: the Python runtime must
+    import it (or the module that defines the ops) to run the package."""
+    if not python_ops or source_module is None:
+        return []
+    return [source_module]
