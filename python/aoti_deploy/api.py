@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from .bench.package_bench import BenchmarkResult, BenchRow
-from .compiler.options import ExportOptions
+from .compiler.options import ONNX_MODES, TARGETS, ExportOptions
 from .compiler.result import ONNX_STAGES, STAGES, BuildResult
 from .errors import InputError, PackageError, VerificationError
 from .models.call import CallInputs
@@ -29,7 +29,7 @@ from .serve.kubernetes import KubernetesSettings
 
 __all__ = [
     "BenchRow", "BenchmarkResult", "BuildResult", "Dim", "ExportOptions", "FactorySource", "IdentitySource",
-    "ONNX_STAGES", "OutputCheck", "Package", "Report", "STAGES", "export", "load",
+    "ONNX_MODES", "ONNX_STAGES", "OutputCheck", "Package", "Report", "STAGES", "TARGETS", "export", "load",
 ]
 
 # torch.export's own Dim, re-exported: dynamic_shapes take it as torch.export does.

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, List, Optional
+from collections.abc import Iterable
+from typing import Annotated, Any, List, Optional
 
 import torch
 import typer
@@ -15,9 +16,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..api import ONNX_STAGES, STAGES, BuildResult, ExportOptions, FactorySource, IdentitySource, Package, export
+from ..api import ONNX_MODES, ONNX_STAGES, STAGES, TARGETS, BuildResult, ExportOptions, FactorySource, IdentitySource, Package, export
 from ..errors import EXIT_MISMATCH, AotiDeployError, VerificationError
 from ..models.example import DEFAULT_RANGES
+from ..models.identity import MODEL_VARIANTS
+from ..package.dtypes import DTYPES, INPUT_DTYPES
 from ..package.host import CPU_TARGET_NAMES, CPU_TARGETS
 from ..runtime.tensor_files import REFERENCE_EAGER, REFERENCE_FILES, REFERENCE_INPUTS, REFERENCE_OUTPUTS
 from ..verify.tolerance import FAILED, list_verdict, verdict_line
@@ -38,41 +41,18 @@ from .common import (
 app = typer.Typer(add_completion=False, rich_markup_mode="rich")
 
 
-class DType(str, Enum):
-    float16 = "float16"
-    bfloat16 = "bfloat16"
-    float32 = "float32"
-    float64 = "float64"
-    # For a --model's inputs only; the model keeps its own dtype.
-    bool = "bool"
-    uint8 = "uint8"
-    int8 = "int8"
-    int16 = "int16"
-    int32 = "int32"
-    int64 = "int64"
+def _choices(name: str, values: Iterable[str]) -> Any:
+    """A str Enum of ``values`` for typer (a member per value, ``-`` read as ``_``)."""
+    return Enum(name, {value.replace("-", "_"): value for value in values}, type=str)
 
 
-CpuTargetName = Enum("CpuTargetName", {name.replace("-", "_"): name for name in CPU_TARGET_NAMES}, type=str)
-
-
-class Variant(str, Enum):
-    functional = "functional"
-    out = "out"
-
-
-class Device(str, Enum):
-    cpu = "cpu"
-    cuda = "cuda"
-
-
-class Format(str, Enum):
-    pt2 = "pt2"
-    onnx = "onnx"
-
-
-class OnnxMode(str, Enum):
-    portable = "portable"
-    custom_domain = "custom-domain"
+# Floating dtypes for the model; the integer and bool ones for a --model's inputs only.
+DType = _choices("DType", [*DTYPES, *INPUT_DTYPES])
+CpuTargetName = _choices("CpuTargetName", CPU_TARGET_NAMES)
+Variant = _choices("Variant", MODEL_VARIANTS)
+Device = _choices("Device", ("cpu", "cuda"))
+Format = _choices("Format", TARGETS)
+OnnxMode = _choices("OnnxMode", ONNX_MODES)
 
 
 # export_compile exports for inference; the summary says so, as no option changes it.
@@ -95,6 +75,11 @@ def _parse_range(flag: str, value: str) -> tuple[int, int]:
 def _check_range(param: typer.CallbackParam, value: str) -> str:
     _parse_range("--" + (param.name or "").replace("_", "-"), value)
     return value
+
+
+def _option(panel: str, help: str) -> Any:
+    """An option shown in ``panel`` of --help."""
+    return typer.Option(help=help, rich_help_panel=panel)
 
 
 MODEL_PANEL = "Your own model (--model)"
@@ -145,56 +130,32 @@ def export_compile(
             case_sensitive=False,
         ),
     ] = Format.pt2,
-    onnx_mode: Annotated[
-        OnnxMode,
-        typer.Option(
-            help="portable: custom ops become standard ONNX ops (their registered translations). "
-            "custom-domain: custom ops become nodes of their namespace's ONNX domain.",
-            rich_help_panel=ONNX_PANEL,
-        ),
-    ] = OnnxMode.portable,
-    model: Annotated[
-        Optional[str],
-        typer.Option(
-            help="Your model's factory, package.module:function, imported from the current folder "
-            "or the environment. It returns an nn.Module, or (module, example_inputs).",
-            rich_help_panel=MODEL_PANEL,
-        ),
-    ] = None,
-    model_arg: Annotated[
-        Optional[List[str]],
-        typer.Option(
-            help="KEY=VALUE keyword argument for the factory (repeatable); VALUE is read as a "
-            "Python literal when it is one, else as text.",
-            rich_help_panel=MODEL_PANEL,
-        ),
-    ] = None,
-    input_shape: Annotated[
-        Optional[List[str]],
-        typer.Option(
-            help="Shape of one example input, e.g. 1,3,224,224 (repeat once per forward argument, "
-            "in order). Inputs are seeded random of --dtype. Not needed if the factory returns inputs.",
-            rich_help_panel=MODEL_PANEL,
-        ),
-    ] = None,
-    dynamic_dim: Annotated[
-        Optional[List[str]],
-        typer.Option(
-            help="A dim that may vary at run time: INPUT.DIM=MIN:MAX, e.g. 0.0=1:64 (input 0, dim 0); "
-            "MIN: with no MAX (0.0=1:) has no upper bound. "
-            "Positions that must share one size go together: 0.0,1.0=1:64. Repeatable.",
-            rich_help_panel=MODEL_PANEL,
-        ),
-    ] = None,
-    input_values: Annotated[
-        Optional[List[str]],
-        typer.Option(
-            help="The values an integer input may hold: INPUT=MIN:MAX, e.g. 0=0:999 (input 0, ids 0 to 999). "
-            "Export records the range of an input that indexes a tensor itself; give it where an id is "
-            "computed before it indexes. The runners refuse values outside it. Repeatable.",
-            rich_help_panel=MODEL_PANEL,
-        ),
-    ] = None,
+    onnx_mode: Annotated[OnnxMode, _option(
+        ONNX_PANEL, "portable: custom ops become standard ONNX ops (their registered translations). "
+        "custom-domain: custom ops become nodes of their namespace's ONNX domain."
+    )] = OnnxMode.portable,
+    model: Annotated[Optional[str], _option(
+        MODEL_PANEL, "Your model's factory, package.module:function, imported from the current folder "
+        "or the environment. It returns an nn.Module, or (module, example_inputs)."
+    )] = None,
+    model_arg: Annotated[Optional[List[str]], _option(
+        MODEL_PANEL, "KEY=VALUE keyword argument for the factory (repeatable); VALUE is read as a "
+        "Python literal when it is one, else as text."
+    )] = None,
+    input_shape: Annotated[Optional[List[str]], _option(
+        MODEL_PANEL, "Shape of one example input, e.g. 1,3,224,224 (repeat once per forward argument, "
+        "in order). Inputs are seeded random of --dtype. Not needed if the factory returns inputs."
+    )] = None,
+    dynamic_dim: Annotated[Optional[List[str]], _option(
+        MODEL_PANEL, "A dim that may vary at run time: INPUT.DIM=MIN:MAX, e.g. 0.0=1:64 (input 0, dim 0); "
+        "MIN: with no MAX (0.0=1:) has no upper bound. "
+        "Positions that must share one size go together: 0.0,1.0=1:64. Repeatable."
+    )] = None,
+    input_values: Annotated[Optional[List[str]], _option(
+        MODEL_PANEL, "The values an integer input may hold: INPUT=MIN:MAX, e.g. 0=0:999 (input 0, ids 0 to 999). "
+        "Export records the range of an input that indexes a tensor itself; give it where an id is "
+        "computed before it indexes. The runners refuse values outside it. Repeatable."
+    )] = None,
     fake_module: FakeModuleOption = None,
     inductor_config: Annotated[
         Optional[List[str]],
@@ -204,23 +165,15 @@ def export_compile(
             "is checked against eager as always. Repeatable.",
         ),
     ] = None,
-    save_reference: Annotated[
-        Optional[Path],
-        typer.Option(
-            help=f"Write the example inputs ({REFERENCE_INPUTS}), the package's outputs for them "
-            f"({REFERENCE_OUTPUTS}) and eager's ({REFERENCE_EAGER}) to this folder, for the runners' --inputs, "
-            "--expected and --eager-reference.",
-            rich_help_panel=MODEL_PANEL,
-        ),
-    ] = None,
-    allow_python_ops: Annotated[
-        bool,
-        typer.Option(
-            help="Write the package even if the graph calls ops only Python can run. It is marked "
-            "Python-only, and the C++ runner refuses it.",
-            rich_help_panel=MODEL_PANEL,
-        ),
-    ] = False,
+    save_reference: Annotated[Optional[Path], _option(
+        MODEL_PANEL, f"Write the example inputs ({REFERENCE_INPUTS}), the package's outputs for them "
+        f"({REFERENCE_OUTPUTS}) and eager's ({REFERENCE_EAGER}) to this folder, for the runners' --inputs, "
+        "--expected and --eager-reference."
+    )] = None,
+    allow_python_ops: Annotated[bool, _option(
+        MODEL_PANEL, "Write the package even if the graph calls ops only Python can run. It is marked "
+        "Python-only, and the C++ runner refuses it."
+    )] = False,
     bitwise: BitwiseOption = False,
     max_ulp: MaxUlpOption = None,
     rtol: RtolOption = None,
@@ -264,14 +217,10 @@ def export_compile(
             "$AOTI_DEPLOY_BUILD_DIR or this checkout's build/.",
         ),
     ] = None,
-    dynamic: Annotated[
-        str,
-        typer.Option(
-            help="Comma-separated dims that may vary at run time: any of batch, height, width. "
-            "The package then accepts any size in the dim's range.",
-            rich_help_panel=IDENTITY_PANEL,
-        ),
-    ] = "",
+    dynamic: Annotated[str, _option(
+        IDENTITY_PANEL, "Comma-separated dims that may vary at run time: any of batch, height, width. "
+        "The package then accepts any size in the dim's range."
+    )] = "",
     batch_range: Annotated[
         str,
         typer.Option(help="MIN:MAX of a dynamic batch.", callback=_check_range, rich_help_panel=IDENTITY_PANEL),
@@ -284,14 +233,10 @@ def export_compile(
         str,
         typer.Option(help="MIN:MAX of a dynamic width.", callback=_check_range, rich_help_panel=IDENTITY_PANEL),
     ] = "{}:{}".format(*DEFAULT_RANGES["width"]),
-    variant: Annotated[
-        Variant,
-        typer.Option(
-            help="Layer 3 of the model: functional (identity_conv_op returns a new tensor) or out "
-            "(the mutable identity_conv_op_out writes a preallocated one).",
-            rich_help_panel=IDENTITY_PANEL,
-        ),
-    ] = Variant.functional,
+    variant: Annotated[Variant, _option(
+        IDENTITY_PANEL, "Layer 3 of the model: functional (identity_conv_op returns a new tensor) or out "
+        "(the mutable identity_conv_op_out writes a preallocated one)."
+    )] = Variant.functional,
     optimize: Annotated[
         bool,
         typer.Option(

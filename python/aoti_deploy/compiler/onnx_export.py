@@ -34,10 +34,10 @@ from ..runtime.onnx_extra import require_onnx
 from ..errors import AotiDeployError, ExportError
 from .export import class_qualname, export_model, graph_calls, input_specs, output_specs, shared_dims
 from .onnx_translations import class_routes, portable_translation
+from .options import ONNX_MODES
 from ..package.spec import OpRef, PackageSpec
 from ..models.user import DynamicDim
 
-ONNX_MODES = ("portable", "custom-domain")
 # The version of the custom ONNX domains the custom-domain mode writes.
 CUSTOM_DOMAIN_VERSION = 1
 # dtypes the ONNX target takes: numpy (the way into onnxruntime) has no bfloat16.

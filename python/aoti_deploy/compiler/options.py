@@ -12,7 +12,9 @@ from ..errors import InputError
 from ..package.host import NATIVE
 from ..verify.tolerance import Tolerance
 
+# What an export writes, and how the ONNX target writes custom ops (onnx_export.py).
 TARGETS = ("pt2", "onnx")
+ONNX_MODES = ("portable", "custom-domain")
 
 
 @dataclass
@@ -93,7 +95,6 @@ class ExportOptions:
 
     def _validate_onnx(self, output: Path, is_onnx_name: bool) -> None:
         from ..runtime.onnx_extra import require_onnx
-        from .onnx_export import ONNX_MODES
 
         if self.onnx_mode not in ONNX_MODES:
             raise InputError(f"unknown ONNX mode {self.onnx_mode!r}; expected one of {', '.join(ONNX_MODES)}")
