@@ -597,7 +597,7 @@ def test_missing_triton_extra_says_how_to_install(monkeypatch: pytest.MonkeyPatc
 
 
 def test_free_ports_differ():
-    from aoti_deploy.serve.triton_server import free_ports
+    from aoti_deploy.serve.loopback import free_ports
 
     ports = free_ports(5)
     assert len(set(ports)) == 5 and all(0 < port < 65536 for port in ports)

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from aoti_deploy.serve import triton_server
+from aoti_deploy.serve.loopback import LOOPBACK
 from aoti_deploy.serve.soak import soak_cycles, unload_and_wait
 from aoti_deploy.serve.triton_repository import ServedModel, read_repository, write_repository
 from aoti_deploy.verify.bits import bit_view
@@ -195,7 +196,7 @@ def raw_infer_request(soak: SoakServer, model: str, tensor: torch.Tensor) -> byt
                     "parameters": {"binary_data_size": len(data)}}],
         "outputs": [{"name": names.outputs[0], "parameters": {"binary_data": True}}],
     }).encode()
-    head = (f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: {triton_server.LOOPBACK}:{soak.server.http_port}\r\n"
+    head = (f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: {LOOPBACK}:{soak.server.http_port}\r\n"
             f"Content-Type: application/octet-stream\r\nInference-Header-Content-Length: {len(header)}\r\n"
             f"Content-Length: {len(header) + len(data)}\r\n\r\n").encode()
     return head + header + data
@@ -215,7 +216,7 @@ def test_a_client_that_hangs_up_mid_request_fails_alone(cut: str, soak_server: S
             request = raw_infer_request(soak_server, SLOW, inputs(seed)[0])
             if cut == "cut short":
                 request = request[: len(request) - len(request) // 4]
-            with socket.create_connection((triton_server.LOOPBACK, server.http_port), timeout=10) as connection:
+            with socket.create_connection((LOOPBACK, server.http_port), timeout=10) as connection:
                 connection.sendall(request)
         def executed(counts: dict[str, int]) -> int:
             return counts.get("success", 0) + counts.get("fail", 0)

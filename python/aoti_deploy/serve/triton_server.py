@@ -9,10 +9,6 @@ import dataclasses
 import importlib.util
 import json
 import os
-import shutil
-import signal
-import socket
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -20,9 +16,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import AotiDeployError
+from .loopback import LOOPBACK, LoopbackProcess, free_ports
 from .triton_repository import INPUT_PREFIX, OUTPUT_PREFIX, ServedModel, served_name
 
 if TYPE_CHECKING:
@@ -31,7 +28,6 @@ if TYPE_CHECKING:
     from ..verify.bits import BitReport
 
 TRITON_EXTRA = "pip install -e '.[triton]' (nvidia-pytriton, tritonclient[http,grpc])"
-LOOPBACK = "127.0.0.1"
 _LOG_TAIL_LINES = 25
 INFER_TIMEOUT_S = 120.0  # one request, however long the model
 
@@ -72,22 +68,6 @@ def require_triton_client() -> None:
             missing = True
         if missing:
             raise TritonUnavailableError(f"{module} is not installed; install the triton extra: {TRITON_EXTRA}")
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` different free TCP ports on 127.0.0.1: each socket binds port 0 and stays
-    open until all are picked. (tritonserver --http-port=0 works, but its log then
-    says ":0", so a caller could not tell the port.)"""
-    sockets = []
-    try:
-        for _ in range(n):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sockets.append(sock)
-            sock.bind((LOOPBACK, 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 class ModelState(NamedTuple):
@@ -191,7 +171,7 @@ def model_tensor_names(http_url: str, model: str) -> TensorNames:
     )
 
 
-class TritonServer:
+class TritonServer(LoopbackProcess):
     """A tritonserver process bound to 127.0.0.1. Stopped by its PID (SIGTERM, then
     SIGKILL), on ``stop`` or on leaving a ``with`` block::
 
@@ -200,13 +180,13 @@ class TritonServer:
             infer(server.http_url, "http", "identity_conv", [x])
     """
 
+    error = ServingError
+    not_started = "the server was not started"
+
     def __init__(self, binary: str | os.PathLike[str] | None = None) -> None:
-        self.binary = Path(binary) if binary is not None else tritonserver_binary()
-        self.process: subprocess.Popen[bytes] | None = None
-        self.log_file: Path | None = None
+        super().__init__(Path(binary) if binary is not None else tritonserver_binary())
         self.http_port = self.grpc_port = self.metrics_port = 0
         self.command: list[str] = []
-        self._log: IO[bytes] | None = None
 
     def start(
         self,
@@ -260,25 +240,8 @@ class TritonServer:
             *(["--model-control-mode=explicit"] if model_control_explicit else []),
             *extra_args,
         ]
-        try:
-            self.log_file.parent.mkdir(parents=True, exist_ok=True)
-            self._log = self.log_file.open("ab")
-            setpriv = shutil.which("setpriv")  # util-linux: sets the parent-death signal, then execs
-            launch = [setpriv, "--pdeathsig", "TERM", "--"] if die_with_parent and setpriv else []
-            self.process = subprocess.Popen(
-                launch + self.command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                start_new_session=True, env={**os.environ, **env} if env else None,
-            )
-        except OSError as error:
-            self._close_log()
-            raise ServingError(f"could not start {self.binary}: {error.strerror or error}", kind="start") from error
+        self._launch(self.command, die_with_parent=die_with_parent, env=env)
         return self
-
-    @property
-    def pid(self) -> int:
-        if self.process is None:
-            raise ServingError("the server was not started")
-        return self.process.pid
 
     @property
     def http_url(self) -> str:
@@ -292,9 +255,6 @@ class TritonServer:
     @property
     def metrics_url(self) -> str:
         return f"http://{LOOPBACK}:{self.metrics_port}/metrics"
-
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
 
     def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
         """The last lines of the server's log."""
@@ -384,35 +344,6 @@ class TritonServer:
                 paths.add(parts[5])
         return sorted(paths)
 
-    def stop(self, timeout: float = 30.0) -> int | None:
-        """SIGTERM the server's PID, wait up to ``timeout`` seconds, then SIGKILL.
-        Safe to call again.
-
-        Returns:
-            Its exit code (negative: the signal that ended it), or None if never started.
-        """
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._close_log()
-        return self.process.returncode
-
-    def _close_log(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def __enter__(self) -> "TritonServer":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
 
 # --- Inference through tritonclient ----------------------------------------------------
