@@ -132,7 +132,7 @@ def resolve_backend_dir(runner: Path | None = None) -> Path:
 def triton_unavailable_reason(runner: Path | None = None) -> str | None:
     """Why the section cannot run here (the triton extra is missing, or the backend is
     not built), or None when it can."""
-    from ..serve.triton_server import require_triton_client, tritonserver_binary
+    from ..serve.triton_install import require_triton_client, tritonserver_binary
 
     try:
         tritonserver_binary()
@@ -173,7 +173,7 @@ def _client(protocol: str, server: Any) -> Any:
 def _client_latency(server: Any, protocol: str, model: str, x: torch.Tensor, requests: int, warmup: int) -> Latency:
     """Sequential requests over one connection, each timed from the call to the
     outputs as tensors; the first, middle and last responses are checked bit for bit."""
-    from ..serve.triton_server import infer, model_tensor_names
+    from ..serve.triton_client import infer, model_tensor_names
 
     names = model_tensor_names(server.http_url, model)  # asked once, not in each timed request
     client = _client(protocol, server)
@@ -214,7 +214,7 @@ def _server_phases(server: Any, model: str, x: torch.Tensor, requests: int, warm
     each request's share taken as the difference from the previous read."""
     import tritonclient.http as http_module
 
-    from ..serve.triton_server import ServingError, infer, model_tensor_names
+    from ..serve.triton_client import ServingError, infer, model_tensor_names
 
     names = model_tensor_names(server.http_url, model)
     client = _client("grpc", server)
@@ -256,7 +256,7 @@ def _throughput_run(server: Any, model: str, x: torch.Tensor, clients: int, seco
     start together and send requests back to back for ``seconds``; each checks its
     first and last response bit for bit. The model's statistics are read before the
     start and after the last thread ends."""
-    from ..serve.triton_server import infer, model_statistics, model_tensor_names
+    from ..serve.triton_client import infer, model_statistics, model_tensor_names
 
     names = model_tensor_names(server.http_url, model)
     ready = threading.Barrier(clients + 1)
@@ -304,7 +304,7 @@ def _throughput_run(server: Any, model: str, x: torch.Tensor, clients: int, seco
         start_at.append(time.perf_counter())
     finally:
         go.set()  # without a start time, the threads end at once
-    from ..serve.triton_server import INFER_TIMEOUT_S, ServingError
+    from ..serve.triton_client import INFER_TIMEOUT_S, ServingError
 
     for thread in threads:
         thread.join(timeout=seconds + 2 * INFER_TIMEOUT_S)  # each request times out on its own

@@ -104,7 +104,7 @@ def fleet(
     try:
         from ..locate import triton_backend_dir
         from ..serve.fleet import Timing, run_fleet
-        from ..serve.triton_server import require_triton_client, tritonserver_binary
+        from ..serve.triton_install import require_triton_client, tritonserver_binary
 
         require_triton_client()
         tritonserver_binary()

@@ -18,7 +18,10 @@ from typing import TYPE_CHECKING
 
 from ..errors import AotiDeployError
 from .haproxy import HAProxy, HealthCheck, replica_name
-from .triton_server import ServingError, TensorNames, TritonServer, free_ports, infer, model_states
+from .loopback import free_ports
+from .triton_client import ServingError, infer, model_states
+from .triton_config import TensorNames
+from .triton_server import TritonServer
 
 if TYPE_CHECKING:
     import torch
@@ -104,6 +107,7 @@ def prepare_model(
 
     from ..api import export
     from ..models.mlp import SeededMLP
+    from ..package.archive import read_package_spec
 
     work = Path(work)
     inputs = tuple(
@@ -117,21 +121,12 @@ def prepare_model(
         packages.append(package.path)
         expected[version] = tuple(tuple(package.run(list(x))) for x in inputs)
         package.close()
-    model = FleetModel(MODEL_NAME, (packages[0], packages[1]), inputs, expected, _names(packages[0]),
-                       *make_signing_keys(work / "keys"))
+    model = FleetModel(MODEL_NAME, (packages[0], packages[1]), inputs, expected,
+                       TensorNames.of_spec(read_package_spec(packages[0])), *make_signing_keys(work / "keys"))
     for i in range(request_sets):
         if model.version_of(i, expected[NEW][i]) != NEW:
             raise AotiDeployError(f"seeds {seeds} give the same outputs for request set {i}; pick other seeds")
     return model
-
-
-def _names(package: Path) -> TensorNames:
-    from ..package.archive import read_package_spec
-    from .triton_repository import INPUT_PREFIX, OUTPUT_PREFIX, served_name
-
-    spec = read_package_spec(package)
-    return TensorNames(tuple(served_name(spec.inputs, i, INPUT_PREFIX) for i in range(len(spec.inputs))),
-                       tuple(served_name(spec.outputs, k, OUTPUT_PREFIX) for k in range(len(spec.outputs))))
 
 
 def publish(model: FleetModel, repository: str | os.PathLike[str], version: int,
