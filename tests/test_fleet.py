@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from aoti_deploy.api import export
 from aoti_deploy.serve import fleet, haproxy, triton_client, triton_install
 
 from conftest import REPO_ROOT, Build, skip_or_fail_without_triton
@@ -29,7 +30,7 @@ def fleet_model(tmp_path_factory: pytest.TempPathFactory) -> fleet.FleetModel:
         haproxy.haproxy_binary()
     except (triton_install.TritonUnavailableError, haproxy.HAProxyUnavailableError) as error:
         skip_or_fail_without_triton(str(error))
-    return fleet.prepare_model(tmp_path_factory.mktemp("fleet_model"))
+    return fleet.prepare_model(tmp_path_factory.mktemp("fleet_model"), export)
 
 
 @pytest.fixture(scope="module")

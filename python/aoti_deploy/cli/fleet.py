@@ -108,10 +108,11 @@ def fleet(
 
         require_triton_client()
         tritonserver_binary()
+        from ..api import export  # torch: only once the extra is known to be there
         report = run_fleet(
             work, triton_backend_dir(), clients=clients, control=control,
             timing=Timing(steady_s=steady_seconds, down_s=down_seconds, settle_s=settle_seconds),
-            on_stage=lambda text: console.print(f"==> {text}"),
+            on_stage=lambda text: console.print(f"==> {text}"), export=export,
         )
     except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import AotiDeployError
 from .haproxy import HAProxy, HealthCheck, replica_name
@@ -31,6 +31,23 @@ OTHER_BITS = -1  # an answer with the bits of neither version
 FAILED = 0
 MODEL_NAME = "mlp"
 INPUT_SHAPE = (4, 16)  # SeededMLP's [batch, features]
+
+
+class CompiledVersion(Protocol):
+    """A compiled and verified package, loaded in this process (aoti_deploy.api's Package)."""
+
+    path: Path
+
+    def run(self, inputs: list["torch.Tensor"]) -> list["torch.Tensor"]: ...
+
+    def close(self) -> None: ...
+
+
+class Export(Protocol):
+    """How a version is compiled: ``aoti_deploy.api.export``, passed in by the caller
+    (the API sits above serving, so this module does not import it)."""
+
+    def __call__(self, model: "torch.nn.Module", args: Any, *, package_path: Path) -> CompiledVersion: ...
 
 
 # --- The model: one package per version, compiled once -------------------------------
@@ -90,14 +107,16 @@ def make_signing_keys(directory: str | os.PathLike[str]) -> tuple[Path, Path]:
 
 def prepare_model(
     work: str | os.PathLike[str],
+    export: Export,
     *,
     seeds: tuple[int, int] = (1, 2),
     request_sets: int = 4,
     on_stage: Callable[[str], None] | None = None,
 ) -> FleetModel:
-    """Compile SeededMLP with each seed into ``work``/packages (a package built from
-    the same inputs is reused), make a signing key pair, and compute both versions'
-    outputs for ``request_sets`` seeded inputs with the Python runtime.
+    """Compile SeededMLP with each seed into ``work``/packages with ``export``
+    (``aoti_deploy.api.export``; a package built from the same inputs is reused), make
+    a signing key pair, and compute both versions' outputs for ``request_sets`` seeded
+    inputs with the Python runtime.
 
     Raises:
         AotiDeployError: a compile or verification failed, or the two versions give
@@ -105,7 +124,6 @@ def prepare_model(
     """
     import torch
 
-    from ..api import export
     from ..models.mlp import SeededMLP
     from ..package.archive import read_package_spec
 
@@ -560,12 +578,15 @@ def run_fleet(
     timing: Timing = Timing(),
     on_stage: Callable[[str], None] | None = None,
     model: FleetModel | None = None,
+    export: Export | None = None,
 ) -> FleetReport:
-    """Prepare the two versions (unless ``model`` is given), then run the three
-    scenarios in turn: a rolling update on one server, a replica SIGKILL and restart
-    behind HAProxy, and the rolling update across both replicas.
+    """Prepare the two versions with ``export`` (``aoti_deploy.api.export``; unless
+    ``model`` is given), then run the three scenarios in turn: a rolling update on one
+    server, a replica SIGKILL and restart behind HAProxy, and the rolling update across
+    both replicas.
 
     Raises:
+        AotiDeployError (kind usage): neither ``model`` nor ``export`` was given.
         AotiDeployError (its subclasses ServingError, LoadBalancerError,
         HAProxyUnavailableError, TritonUnavailableError): a stage could not run.
     """
@@ -576,10 +597,12 @@ def run_fleet(
             on_stage(text)
 
     work = Path(work)
+    if model is None and export is None:
+        raise AotiDeployError("run_fleet needs a prepared model, or export to prepare one", kind="usage")
     _check_control(control)  # before minutes of compiling
     haproxy_binary()
     if model is None:
-        model = prepare_model(work, on_stage=on_stage)
+        model = prepare_model(work, export, on_stage=on_stage)
     results = []
     stage("rolling update on one server")
     results.append(rolling_update_one_server(model, work / "one_server", backend_dir, control=control,
