@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 import torch
 
 from ..errors import AotiDeployError, InputError
+from .results import Latency, finite_or_none, machine_facts
+from .timing import time_samples
 
 if TYPE_CHECKING:
     from ..api import Package
@@ -126,15 +128,7 @@ class _Timing:
 
 
 def _time(fn: Callable[[], object], iterations: int, warmup: int) -> _Timing:
-    from .benchmark import Latency
-
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(iterations):
-        start = time.perf_counter_ns()
-        fn()
-        samples.append((time.perf_counter_ns() - start) / 1e3)
+    samples = time_samples(fn, iterations, warmup)
     latency = Latency.of(samples)
     return _Timing(latency.p50, latency.p99, statistics.fmean(samples))
 
@@ -257,7 +251,6 @@ def benchmark_package(
     that does not export to ONNX, the ONNX extra missing). Never raises for one
     path; raises InputError for bad arguments."""
     from ..compiler.onnx_export import missing_onnx_packages
-    from .benchmark import machine_facts
 
     if iterations < 1 or warmup < 0 or not batches or min(batches) < 1:
         raise InputError("iterations must be >= 1, warmup >= 0 and every batch >= 1")
@@ -404,11 +397,9 @@ def write_outputs(result: BenchmarkResult, output_dir: Path, title: str = "") ->
     ``output_dir``."""
     import json
 
-    from .benchmark import _finite_or_none
-
     output_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path, png_path = output_dir / "bench.json", output_dir / "bench.md", output_dir / "bench.png"
-    json_path.write_text(json.dumps(_finite_or_none(result.to_json()), indent=2) + "\n")
+    json_path.write_text(json.dumps(finite_or_none(result.to_json()), indent=2) + "\n")
     md_path.write_text(result.markdown())
     plot_package(result, png_path, title)
     return json_path, md_path, png_path
