@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .benchmark import BenchReport, report_paths
 from .compile_time import compile_time_table
+from .plots import label_bar, latency_figure, save_latency_figure
 from .results import Target, finite_or_none
 from .triton_report import triton_latency_table, triton_targets, triton_threads_note, triton_throughput_table
 
@@ -20,12 +21,7 @@ def write_json(report: BenchReport, path: Path) -> Path:
 
 def plot(report: BenchReport, path: Path) -> Path:
     """A PNG: p50 latency per path and size (log scale), the floor as a line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(10, 5.5))
+    figure, axes = latency_figure()
     names = [size.name for size in report.sizes]
     paths = report_paths(report)
     width = 0.8 / len(paths)
@@ -34,21 +30,12 @@ def plot(report: BenchReport, path: Path) -> Path:
         positions = [j + (i - (len(paths) - 1) / 2) * width for j in range(len(names))]
         bars = axes.bar(positions, values, width, label=path_name)
         for bar, size in zip(bars, report.sizes):
-            axes.annotate(f"{size.ratio_to_floor(path_name):.3g}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                          ha="center", va="bottom", fontsize=7)
-    axes.set_yscale("log")
-    axes.set_xticks(range(len(names)), [f"{n}\n({s.megabytes:.1f} MB)" for n, s in zip(names, report.sizes)])
-    axes.set_ylabel("p50 latency (µs, log scale)")
-    axes.set_title(f"IdentityModel latency per runtime (ratio to the 4-copy floor above each bar)\n"
-                   f"{report.machine['cpu']}, {report.machine['cores']} cores, torch {report.torch_version}",
-                   fontsize=10)
-    axes.legend(fontsize=8)
-    axes.grid(axis="y", which="both", alpha=0.3)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+            label_bar(axes, bar, f"{size.ratio_to_floor(path_name):.3g}x")
+    return save_latency_figure(
+        figure, axes, path, [f"{n}\n({s.megabytes:.1f} MB)" for n, s in zip(names, report.sizes)],
+        f"IdentityModel latency per runtime (ratio to the 4-copy floor above each bar)\n"
+        f"{report.machine['cpu']}, {report.machine['cores']} cores, torch {report.torch_version}",
+    )
 
 
 def targets(report: BenchReport) -> list[Target]:
