@@ -18,7 +18,8 @@ import torch
 from typer.testing import CliRunner
 
 from conftest import Build, _export, run_cmd
-from aoti_deploy.bench.benchmark import BenchReport, markdown_table, targets
+from aoti_deploy.bench.benchmark import BenchReport
+from aoti_deploy.bench.benchmark_report import markdown_table, targets
 from aoti_deploy.bench.cold_start import ColdStartResult, ProcessTiming, measure_cold_start
 from aoti_deploy.errors import AotiDeployError, PackageError
 from aoti_deploy.package.archive import read_package_spec

@@ -149,8 +149,8 @@ def _python_verdict(suite: str, vector: dict) -> object:
             return _signature_verdict(vector)
         if suite == "triton_types":
             from aoti_deploy.package.dtypes import TRITON_TYPES
-            from aoti_deploy.serve.triton_repository import DATATYPES
-            from aoti_deploy.serve.triton_server import _datatype
+            from aoti_deploy.serve.triton_client import _datatype
+            from aoti_deploy.serve.triton_config import DATATYPES
 
             # The writer's and the client's types are the table's, not tables of their own.
             assert DATATYPES is TRITON_TYPES
@@ -162,7 +162,7 @@ def _python_verdict(suite: str, vector: dict) -> object:
             assert sent == TRITON_TYPES.get(name)
             return TRITON_TYPES.get(name)
         if suite == "batching":
-            from aoti_deploy.serve.triton_repository import MAX_BATCH_SIZE_LIMIT, batch_dim
+            from aoti_deploy.serve.triton_config import MAX_BATCH_SIZE_LIMIT, batch_dim
 
             dim, _ = batch_dim(parse_document(vector["spec"]))
             if dim is None:

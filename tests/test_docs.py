@@ -287,7 +287,7 @@ TRITON_PORTS = ("8000", "8001", "8002")
 def _free_ports_for(text: str) -> dict[str, str]:
     if "--http-port 8000" not in text:
         return {}
-    from aoti_deploy.serve.triton_server import free_ports
+    from aoti_deploy.serve.loopback import free_ports
 
     return dict(zip(TRITON_PORTS, (str(port) for port in free_ports(len(TRITON_PORTS)))))
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from aoti_deploy.serve import fleet, haproxy, triton_server
+from aoti_deploy.api import export
+from aoti_deploy.serve import fleet, haproxy, triton_client, triton_install
 
 from conftest import REPO_ROOT, Build, skip_or_fail_without_triton
 
@@ -24,12 +25,12 @@ TIMING = fleet.Timing(steady_s=2.0, down_s=0.5, settle_s=1.0, timeout_s=120.0)
 def fleet_model(tmp_path_factory: pytest.TempPathFactory) -> fleet.FleetModel:
     """The two versions, compiled once, their signing keys and expected outputs."""
     try:
-        triton_server.tritonserver_binary()
-        triton_server.require_triton_client()
+        triton_install.tritonserver_binary()
+        triton_install.require_triton_client()
         haproxy.haproxy_binary()
-    except (triton_server.TritonUnavailableError, haproxy.HAProxyUnavailableError) as error:
+    except (triton_install.TritonUnavailableError, haproxy.HAProxyUnavailableError) as error:
         skip_or_fail_without_triton(str(error))
-    return fleet.prepare_model(tmp_path_factory.mktemp("fleet_model"))
+    return fleet.prepare_model(tmp_path_factory.mktemp("fleet_model"), export)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +93,7 @@ def test_a_rolling_update_across_two_replicas_fails_no_request(fleet_model: flee
     assert result.other_bits == 0 and result.stale == 0, describe(result)
     assert result.new > 0, describe(result)
     for server in replicas.servers:
-        assert {s.version for s in triton_server.model_states(server.http_url)
+        assert {s.version for s in triton_client.model_states(server.http_url)
                 if s.name == fleet_model.name and s.state == "READY"} == {str(fleet.NEW)}
 
 

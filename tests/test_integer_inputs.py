@@ -123,8 +123,8 @@ def test_second_inputs_grow_for_integer_inputs_and_keep_their_values() -> None:
 def test_serve_draws_what_the_runners_draw() -> None:
     """serve's self-check sends the runners' random inputs: ids in their recorded range,
     other integer inputs 0 or 1, so no request can abort a kernel."""
-    from aoti_deploy.serve.triton_repository import ServedModel
-    from aoti_deploy.serve.triton_server import request_inputs
+    from aoti_deploy.serve.serve_check import request_inputs
+    from aoti_deploy.serve.served_models import ServedModel
 
     dims = (DimSpec(2, 2), DimSpec(6, 6))
     spec = PackageSpec(

@@ -30,7 +30,8 @@ from aoti_deploy.serve.kubernetes import (
     manifest_text,
     write_manifests,
 )
-from aoti_deploy.serve.triton_repository import CONFIG_NAME, RepositoryModel, triton_config
+from aoti_deploy.serve.triton_config import triton_config
+from aoti_deploy.serve.triton_repository import CONFIG_NAME, RepositoryModel
 
 yaml = pytest.importorskip("yaml", reason="needs PyYAML (the k8s extra)")
 

@@ -20,6 +20,7 @@ from conftest import PACKAGE_SHAPE, run_cli, run_cmd
 from test_user_models import scale_shift  # noqa: F401
 import aoti_deploy
 import aoti_deploy.bench.benchmark as benchmark_stage
+import aoti_deploy.bench.benchmark_report as benchmark_report
 from aoti_deploy.compiler.cache import cache_key
 from aoti_deploy.cli.export_compile import app as export_compile_app
 from aoti_deploy.cli.main import app as cli_app
@@ -530,10 +531,10 @@ def _compile_times(toolkit_s: float, baseline_s: float, warm_s: float):
 def test_compile_section_targets_and_markdown(toolkit_s, baseline_s, warm_s, met):
     report = benchmark_stage.BenchReport({"cpu": "test", "cores": "2"}, "2.13.0", 1.0, True, 1)
     report.compile_time = _compile_times(toolkit_s, baseline_s, warm_s)
-    found = [t for t in benchmark_stage.targets(report) if t.name.startswith("compile:")]
+    found = [t for t in benchmark_report.targets(report) if t.name.startswith("compile:")]
     assert [t.met for t in found] == met
     assert report.to_json()["compile_time"]["cold_ratio"] == pytest.approx(toolkit_s / baseline_s)
-    markdown = benchmark_stage.markdown_table(report)
+    markdown = benchmark_report.markdown_table(report)
     assert f"| export_compile | {toolkit_s:.2f} | 1.50 | 9.00 | export 1.00, compile {toolkit_s - 1:.2f} |" in markdown
     assert f"| export_compile, warm (cache hit) |  |  | {warm_s:.2f} |  |" in markdown
     assert f"| export_compile / plain, after imports | {toolkit_s / baseline_s:.2f}x |" in markdown

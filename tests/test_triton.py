@@ -33,8 +33,9 @@ from test_hostile_files import ESCAPE_NAME as HOSTILE_ESCAPE
 from test_hostile_files import PACKAGE_CASES as HOSTILE_PACKAGES
 from test_hostile_files import rewrite_zip
 
-from aoti_deploy.serve import triton_server
-from aoti_deploy.serve.triton_repository import config_text, write_repository
+from aoti_deploy.serve import triton_client, triton_install, triton_server
+from aoti_deploy.serve.triton_config import config_text
+from aoti_deploy.serve.triton_repository import write_repository
 
 pytestmark = pytest.mark.triton
 
@@ -78,9 +79,9 @@ def served(tmp_path_factory: pytest.TempPathFactory, build: Build, compiled_pack
            parity_matrix) -> Served:
     """The repository and the one tritonserver of the session."""
     try:
-        triton_server.tritonserver_binary()
-        triton_server.require_triton_client()
-    except triton_server.TritonUnavailableError as error:
+        triton_install.tritonserver_binary()
+        triton_install.require_triton_client()
+    except triton_install.TritonUnavailableError as error:
         skip_or_fail_without_triton(str(error))
     work = tmp_path_factory.mktemp("triton")
     repository = work / "repository"
@@ -192,7 +193,7 @@ def model_inputs(model: str, kind: str, seed: int = 0) -> list[torch.Tensor]:
 @pytest.mark.parametrize("model", SERVING)
 def test_outputs_have_aoti_runners_bits(model: str, kind: str, protocol: str, served: Served, tmp_path: Path) -> None:
     inputs = model_inputs(model, kind)
-    served_outputs = triton_server.infer(served.server.grpc_url if protocol == "grpc" else served.server.http_url,
+    served_outputs = triton_client.infer(served.server.grpc_url if protocol == "grpc" else served.server.http_url,
                                          protocol, model, inputs)
     expected = runner_outputs(served, model, inputs, tmp_path)
     assert same_bits(served_outputs, expected), (model, [t.shape for t in served_outputs])
@@ -201,7 +202,7 @@ def test_outputs_have_aoti_runners_bits(model: str, kind: str, protocol: str, se
 
 
 def test_models_that_cannot_run_fail_to_load_with_the_reason(served: Served) -> None:
-    states = {state.name: state for state in triton_server.model_states(served.server.http_url)}
+    states = {state.name: state for state in triton_client.model_states(served.server.http_url)}
     for model in SERVING:
         assert states[model].state == "READY", states[model]
     for model, words in BROKEN.items():
@@ -209,7 +210,7 @@ def test_models_that_cannot_run_fail_to_load_with_the_reason(served: Served) -> 
         assert words in states[model].reason, states[model]
     # ... and the others still serve.
     inputs = model_inputs(DEMO, "random", seed=5)
-    assert same_bits(triton_server.infer(served.server.http_url, "http", DEMO, inputs), inputs)
+    assert same_bits(triton_client.infer(served.server.http_url, "http", DEMO, inputs), inputs)
 
 
 def test_a_second_op_library_with_other_bytes_is_refused_not_aborted(served: Served) -> None:
@@ -222,12 +223,12 @@ def test_a_second_op_library_with_other_bytes_is_refused_not_aborted(served: Ser
         library.write(b"\0")
     config = (served.repository / DEMO / "config.pbtxt").read_text()
     (served.repository / name / "config.pbtxt").write_text(config.replace(f'name: "{DEMO}"', f'name: "{name}"'))
-    with pytest.raises(triton_server.ServingError) as error:
+    with pytest.raises(triton_client.ServingError) as error:
         served.server.load_model(name)
     assert "same name and other bytes" in str(error.value) and "libidentity_conv_ops.so" in str(error.value), error.value
     assert served.server.running()
     inputs = model_inputs(DEMO, "random", seed=6)
-    assert same_bits(triton_server.infer(served.server.grpc_url, "grpc", DEMO, inputs), inputs)
+    assert same_bits(triton_client.infer(served.server.grpc_url, "grpc", DEMO, inputs), inputs)
 
 
 def send_concurrently(served: Served, model: str, requests: list[list[torch.Tensor]]) -> list[object]:
@@ -239,7 +240,7 @@ def send_concurrently(served: Served, model: str, requests: list[list[torch.Tens
     def send(i: int) -> None:
         start.wait()
         try:
-            results[i] = triton_server.infer(served.server.grpc_url, "grpc", model, requests[i])
+            results[i] = triton_client.infer(served.server.grpc_url, "grpc", model, requests[i])
         except Exception as error:  # the caller checks each request's result
             results[i] = error
 
@@ -247,17 +248,17 @@ def send_concurrently(served: Served, model: str, requests: list[list[torch.Tens
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=2 * triton_server.INFER_TIMEOUT_S)
+        thread.join(timeout=2 * triton_client.INFER_TIMEOUT_S)
     assert not any(thread.is_alive() for thread in threads), "a request did not finish"
     return results
 
 
 def test_dynamic_batching_merges_concurrent_requests(served: Served) -> None:
     url = served.server.http_url
-    before = triton_server.model_statistics(url, DYNAMIC)
+    before = triton_client.model_statistics(url, DYNAMIC)
     requests = [[torch.randn(1 + i % 3, 3, 6, 4, generator=torch.Generator().manual_seed(100 + i))] for i in range(16)]
     results = send_concurrently(served, DYNAMIC, requests)
-    after = triton_server.model_statistics(url, DYNAMIC)
+    after = triton_client.model_statistics(url, DYNAMIC)
     for sent, got in zip(requests, results):
         assert not isinstance(got, Exception), got
         assert same_bits(got, sent)
@@ -286,12 +287,12 @@ def test_a_bad_request_gets_its_own_error_and_the_server_keeps_serving(case: str
                                                                          served: Served) -> None:
     model, inputs, words = BAD_REQUESTS[case]
     url = served.server.grpc_url if protocol == "grpc" else served.server.http_url
-    with pytest.raises(triton_server.ServingError) as error:
-        triton_server.infer(url, protocol, model, inputs)
-    words = words.format(*triton_server.model_tensor_names(served.server.http_url, model).inputs)
+    with pytest.raises(triton_client.ServingError) as error:
+        triton_client.infer(url, protocol, model, inputs)
+    words = words.format(*triton_client.model_tensor_names(served.server.http_url, model).inputs)
     assert words in str(error.value)
     good = model_inputs(DEMO, "random", seed=9)
-    assert same_bits(triton_server.infer(url, protocol, DEMO, good), good)
+    assert same_bits(triton_client.infer(url, protocol, DEMO, good), good)
 
 
 def _named_request(protocol: str, url: str, inputs: dict[str, torch.Tensor], outputs: list[str]) -> dict:
@@ -327,7 +328,7 @@ def test_a_named_model_is_served_by_its_names(protocol: str, served: Served, tmp
         assert f'name: "{name}"' in config
     assert "INPUT__" not in config and "OUTPUT__" not in config
     url = served.server.grpc_url if protocol == "grpc" else served.server.http_url
-    assert triton_server.model_tensor_names(served.server.http_url, NAMED) == (NAMED_INPUTS, NAMED_OUTPUTS)
+    assert triton_client.model_tensor_names(served.server.http_url, NAMED) == (NAMED_INPUTS, NAMED_OUTPUTS)
     x, y = model_inputs(NAMED, "random", seed=11)
     expected = dict(zip(NAMED_OUTPUTS, runner_outputs(served, NAMED, [x, y], tmp_path)))
     got = _named_request(protocol, url, {"y": y, "x": x}, ["tanh_sum"])
@@ -342,9 +343,9 @@ def test_a_named_model_is_served_by_its_names(protocol: str, served: Served, tmp
         _named_request(protocol, url, {"x": x, "y": y}, ["OUTPUT__0"])
     assert "OUTPUT__0" in error.value.message(), error.value.message()
     # The server keeps serving: this model by its names, and the others by theirs.
-    assert same_bits(triton_server.infer(url, protocol, NAMED, [x, y]), [expected[name] for name in NAMED_OUTPUTS])
+    assert same_bits(triton_client.infer(url, protocol, NAMED, [x, y]), [expected[name] for name in NAMED_OUTPUTS])
     good = model_inputs(DEMO, "random", seed=12)
-    assert same_bits(triton_server.infer(url, protocol, DEMO, good), good)
+    assert same_bits(triton_client.infer(url, protocol, DEMO, good), good)
 
 
 def test_concurrent_bad_requests_fail_alone(served: Served) -> None:
@@ -358,7 +359,7 @@ def test_concurrent_bad_requests_fail_alone(served: Served) -> None:
     results = send_concurrently(served, DYNAMIC, requests)
     for i, (sent, got) in enumerate(zip(requests, results)):
         if i % 4 == 3:
-            assert isinstance(got, triton_server.ServingError) and "got 65" in str(got), got
+            assert isinstance(got, triton_client.ServingError) and "got 65" in str(got), got
         else:
             assert isinstance(got, list) and same_bits(got, sent), got
 
@@ -378,12 +379,12 @@ def test_statistics_and_metrics_count_the_requests(served: Served) -> None:
             metrics = response.read().decode()
         success = re.search(r'nv_inference_request_success\{model="demo",version="1"\} (\d+)', metrics)
         assert success, metrics[:2000]
-        return triton_server.model_statistics(url, DEMO), phases, int(success.group(1))
+        return triton_client.model_statistics(url, DEMO), phases, int(success.group(1))
 
     counts_before, phases_before, success_before = snapshot()
     inputs = model_inputs(DEMO, "random", seed=11)
     for _ in range(3):
-        triton_server.infer(url, "http", DEMO, inputs)
+        triton_client.infer(url, "http", DEMO, inputs)
     counts_after, phases_after, success_after = snapshot()
     assert counts_after.inference_count - counts_before.inference_count == 3
     assert counts_after.execution_count - counts_before.execution_count == 3
@@ -411,7 +412,7 @@ def test_load_many_clients_no_failures_no_growth(served: Served) -> None:
     clients, per_client = 8, 1000
     inputs = model_inputs(DEMO, "random", seed=21)
     for _ in range(50):
-        triton_server.infer(served.server.grpc_url, "grpc", DEMO, inputs)
+        triton_client.infer(served.server.grpc_url, "grpc", DEMO, inputs)
     warm_rss = served.server.rss_bytes()
     failures: list[str] = []
     mismatches = [0] * clients
@@ -422,7 +423,7 @@ def test_load_many_clients_no_failures_no_growth(served: Served) -> None:
         try:
             for _ in range(per_client):
                 try:
-                    outputs = triton_server.infer(connection, "grpc", DEMO, inputs)
+                    outputs = triton_client.infer(connection, "grpc", DEMO, inputs)
                 except Exception as error:  # counted, not raised: every client finishes
                     failures.append(str(error))
                     continue
@@ -461,11 +462,11 @@ def test_a_server_wide_trusted_key_refuses_unsigned_bundles(served: Served, tmp_
     refused although its own config names no key."""
     with _one_model_server(served, tmp_path, [DEMO, SIGNED], f"trusted-key={served.keys / 'sign.pub'}") as server:
         server.wait_ready(60, models=[SIGNED])
-        states = {state.name: state for state in triton_server.model_states(server.http_url)}
+        states = {state.name: state for state in triton_client.model_states(server.http_url)}
         assert states[DEMO].state == "UNAVAILABLE" and "is not signed" in states[DEMO].reason, states[DEMO]
         assert "--backend-config=aoti,trusted-key" in states[DEMO].reason
         inputs = model_inputs(SIGNED, "random", seed=3)
-        assert same_bits(triton_server.infer(server.http_url, "http", SIGNED, inputs), inputs)
+        assert same_bits(triton_client.infer(server.http_url, "http", SIGNED, inputs), inputs)
     assert not Path(f"/proc/{server.pid}").exists()
 
 
@@ -477,8 +478,8 @@ def test_a_misspelt_server_setting_is_an_error_not_ignored(served: Served, tmp_p
         while True:
             states = {}
             try:
-                states = {state.name: state for state in triton_server.model_states(server.http_url)}
-            except triton_server.ServingError:
+                states = {state.name: state for state in triton_client.model_states(server.http_url)}
+            except triton_client.ServingError:
                 pass
             if DEMO in states and states[DEMO].state == "UNAVAILABLE":
                 break
@@ -508,7 +509,7 @@ def unload_and_wait(server: "triton_server.TritonServer", model: str, timeout: f
     server.unload_model(model)
     deadline = time.monotonic() + timeout
     while True:
-        states = {state.name: state for state in triton_server.model_states(server.http_url)}
+        states = {state.name: state for state in triton_client.model_states(server.http_url)}
         if model not in states or states[model].state == "UNAVAILABLE":
             return
         assert time.monotonic() < deadline, f"{model} still {states[model]} after unloading"
@@ -548,11 +549,11 @@ def test_eight_models_load_and_unload_in_parallel(served: Served) -> None:
         assert not errors, (round_, errors)
         assert server.running(), server.log_tail()
         for name in names:
-            assert same_bits(triton_server.infer(server.grpc_url, "grpc", name, inputs), inputs), (round_, name)
+            assert same_bits(triton_client.infer(server.grpc_url, "grpc", name, inputs), inputs), (round_, name)
         errors = in_parallel(lambda name: unload_and_wait(server, name), names)
         assert not errors, (round_, errors)
     assert server.running()
-    assert same_bits(triton_server.infer(server.http_url, "http", DEMO, inputs), inputs)
+    assert same_bits(triton_client.infer(server.http_url, "http", DEMO, inputs), inputs)
 
 
 def extracted_model_dirs(server: "triton_server.TritonServer") -> set[Path]:
@@ -575,7 +576,7 @@ def test_a_repository_of_several_models_loads_at_start_up(served: Served, tmp_pa
         with server:
             server.wait_ready(120, models=names)
             for name in names:
-                assert same_bits(triton_server.infer(server.http_url, "http", name, inputs), inputs), (start, name)
+                assert same_bits(triton_client.infer(server.http_url, "http", name, inputs), inputs), (start, name)
             extracted = extracted_model_dirs(server)
             assert extracted, server.mapped_objects()
         assert not Path(f"/proc/{server.pid}").exists()
@@ -614,7 +615,7 @@ def test_reloading_a_model_100_times_stays_flat(served: Served) -> None:
     def cycle() -> None:
         server.load_model(name)
         for sent in inputs:
-            assert same_bits(triton_server.infer(server.grpc_url, "grpc", name, sent), sent)
+            assert same_bits(triton_client.infer(server.grpc_url, "grpc", name, sent), sent)
         unload_and_wait(server, name)
 
     for _ in range(10):
@@ -664,7 +665,7 @@ def test_a_request_whose_size_overflows_is_refused_with_a_message(served: Served
         assert "[1, 3, 2147483648, 2147483648]" in message and "overflows a 64-bit integer" in message, message
         # The model still serves a request of a sane size.
         sane = [torch.randn(2, 3, 5, 7, generator=torch.Generator().manual_seed(50))]
-        assert same_bits(triton_server.infer(server.http_url, "http", name, sane), sane)
+        assert same_bits(triton_client.infer(server.http_url, "http", name, sane), sane)
     finally:
         unload_and_wait(server, name)
     assert server.running()
@@ -689,7 +690,7 @@ def test_a_fault_in_execute_still_answers_every_request(step: str, served: Serve
     finally:
         unload_and_wait(server, name)
     inputs = model_inputs(DYNAMIC, "random", seed=61)
-    assert same_bits(triton_server.infer(server.grpc_url, "grpc", DYNAMIC, inputs), inputs)
+    assert same_bits(triton_client.infer(server.grpc_url, "grpc", DYNAMIC, inputs), inputs)
 
 
 @pytest.mark.parametrize("case", HOSTILE_PACKAGES, ids=[case.id for case in HOSTILE_PACKAGES])
@@ -709,13 +710,13 @@ def test_a_crafted_package_fails_its_load_and_the_server_keeps_serving(case, ser
         package.write_bytes(case.raw(package.read_bytes(), prefix))
     config = (served.repository / DEMO / "config.pbtxt").read_text()
     (served.repository / name / "config.pbtxt").write_text(config.replace(f'name: "{DEMO}"', f'name: "{name}"'))
-    with pytest.raises(triton_server.ServingError) as error:
+    with pytest.raises(triton_client.ServingError) as error:
         served.server.load_model(name)
     assert case.message in str(error.value), error.value
     assert not escape.exists()
     assert served.server.running()
     inputs = model_inputs(DEMO, "random", seed=8)
-    assert same_bits(triton_server.infer(served.server.http_url, "http", DEMO, inputs), inputs)
+    assert same_bits(triton_client.infer(served.server.http_url, "http", DEMO, inputs), inputs)
 
 
 def test_rolling_through_package_versions_keeps_two_idle_packages(served: Served) -> None:
@@ -736,7 +737,7 @@ def test_rolling_through_package_versions_keeps_two_idle_packages(served: Served
         offset = log.stat().st_size
         served.server.load_model(name)
         inputs = model_inputs(DEMO, "random", seed=60 + version)
-        assert same_bits(triton_server.infer(served.server.grpc_url, "grpc", name, inputs), inputs)
+        assert same_bits(triton_client.infer(served.server.grpc_url, "grpc", name, inputs), inputs)
         unload_and_wait(served.server, name)
         with log.open("rb") as text:
             text.seek(offset)
@@ -758,12 +759,12 @@ def _bad_requests_fail_alone(served: Served, name: str, model: torch.nn.Module, 
     """Send ``requests`` concurrently: each of ``bad`` (position -> words) gets its own
     error (of ``status``, when given), every other one eager's bits, and the server
     keeps serving the demo model."""
-    before = triton_server.model_statistics(served.server.http_url, name)
+    before = triton_client.model_statistics(served.server.http_url, name)
     results = send_concurrently(served, name, requests)
-    after = triton_server.model_statistics(served.server.http_url, name)
+    after = triton_client.model_statistics(served.server.http_url, name)
     for i, (sent, got) in enumerate(zip(requests, results)):
         if i in bad:
-            assert isinstance(got, triton_server.ServingError) and bad[i] in str(got), got
+            assert isinstance(got, triton_client.ServingError) and bad[i] in str(got), got
             if status is not None:
                 assert status in str(got.__cause__.status()), got.__cause__.status()
             continue
@@ -773,7 +774,7 @@ def _bad_requests_fail_alone(served: Served, name: str, model: torch.nn.Module, 
     assert after.inference_count - before.inference_count == len(requests) - len(bad)
     assert served.server.running()
     good = model_inputs(DEMO, "random", seed=seed)
-    assert same_bits(triton_server.infer(served.server.http_url, "http", DEMO, good), good)
+    assert same_bits(triton_client.infer(served.server.http_url, "http", DEMO, good), good)
 
 
 def test_an_index_out_of_range_fails_its_request_alone(served: Served, lookup_package) -> None:
@@ -832,16 +833,16 @@ def test_a_transformers_model_serves_by_its_own_names(served: Served, zoo, model
     try:
         kwargs = zoo_other_shape(model)
         inputs = [kwargs[key] for key in inputs_named]
-        got = triton_server.infer(served.server.http_url, "http", name, inputs)
+        got = triton_client.infer(served.server.http_url, "http", name, inputs)
         assert same_bits(got, runner_outputs(served, name, inputs, tmp_path / "runner"))
         if model == "bert":
             bad = inputs[0].clone()
             bad[2, 4] = 5000
-            with pytest.raises(triton_server.ServingError,
+            with pytest.raises(triton_client.ServingError,
                                match=r"input\[0\] \(input_ids\): value 5000 at \[2, 4\]"):
-                triton_server.infer(served.server.http_url, "http", name, [bad, inputs[1]])
+                triton_client.infer(served.server.http_url, "http", name, [bad, inputs[1]])
         assert served.server.running()
-        assert same_bits(triton_server.infer(served.server.grpc_url, "grpc", name, inputs), got)
+        assert same_bits(triton_client.infer(served.server.grpc_url, "grpc", name, inputs), got)
     finally:
         unload_and_wait(served.server, name)
 

@@ -13,7 +13,10 @@ import pytest
 
 import aoti_deploy.bench.triton as triton_stage
 from conftest import PACKAGE_SHAPE, Build, CompiledPackage, skip_or_fail_without_triton
-from aoti_deploy.bench.benchmark import BenchReport, Latency, markdown_table, write_json
+from aoti_deploy.bench.benchmark import BenchReport
+from aoti_deploy.bench.benchmark_report import markdown_table, write_json
+from aoti_deploy.bench.results import Latency
+from aoti_deploy.bench.triton_report import triton_latency_table, triton_targets, triton_throughput_table
 from aoti_deploy.compiler.options import ExportOptions
 from aoti_deploy.compiler.pipeline import export_and_compile
 from aoti_deploy.models.example import IdentitySource
@@ -54,7 +57,7 @@ def _finite_positive(value: float) -> bool:
 
 @pytest.mark.triton
 def test_latency_table_has_every_row_with_a_finite_ratio(triton_bench):
-    header, rows = triton_stage.triton_latency_table(triton_bench)
+    header, rows = triton_latency_table(triton_bench)
     assert header[-1] == "p50 / in-process p50" and all(len(row) == len(header) for row in rows)
     names = [row[0] for row in rows]
     assert names[0].startswith("in-process: aoti_runner --bench")
@@ -75,7 +78,7 @@ def test_latency_table_has_every_row_with_a_finite_ratio(triton_bench):
 
 @pytest.mark.triton
 def test_throughput_table_covers_both_models_and_every_client_count(triton_bench):
-    header, rows = triton_stage.triton_throughput_table(triton_bench)
+    header, rows = triton_throughput_table(triton_bench)
     assert [(row[0], int(row[1])) for row in rows] == [
         (model, clients) for model in (triton_stage.BATCHING_MODEL, triton_stage.NOBATCHING_MODEL)
         for clients in triton_stage.CLIENTS]
@@ -93,7 +96,7 @@ def test_throughput_table_covers_both_models_and_every_client_count(triton_bench
 
 @pytest.mark.triton
 def test_targets_json_and_markdown(triton_bench, tmp_path):
-    found = triton_stage.triton_targets(triton_bench)
+    found = triton_targets(triton_bench)
     assert [t.name.split(":")[0].split(" <=")[0] for t in found] == [
         "Triton compute_infer p50", "Triton server total p50", "Triton dynamic batching"]
     report = BenchReport({"cpu": "test", "cores": "2"}, "test", 0.01, True, 1, triton=triton_bench)

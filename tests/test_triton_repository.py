@@ -20,17 +20,9 @@ from aoti_deploy.errors import AotiDeployError, PackageError
 from aoti_deploy.package import bundle_writer as bundle_module
 from aoti_deploy.package.archive import read_package_spec
 from aoti_deploy.package.spec import DimSpec, PackageSpec, TensorSpec
-from aoti_deploy.serve.triton_repository import (
-    CONFIG_NAME,
-    VersionPolicy,
-    config_text,
-    default_model_name,
-    model_versions,
-    read_repository,
-    served_name,
-    triton_config,
-    write_repository,
-)
+from aoti_deploy.serve.served_models import read_repository
+from aoti_deploy.serve.triton_config import VersionPolicy, config_text, served_name, triton_config
+from aoti_deploy.serve.triton_repository import CONFIG_NAME, default_model_name, model_versions, write_repository
 
 runner = CliRunner()
 
@@ -588,16 +580,16 @@ def test_serve_triton_usage_errors_exit_2(compiled_package: CompiledPackage, op_
 def test_missing_triton_extra_says_how_to_install(monkeypatch: pytest.MonkeyPatch):
     import importlib.util
 
-    from aoti_deploy.serve import triton_server
+    from aoti_deploy.serve import triton_install
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pytriton" else real(name, *a))
-    with pytest.raises(triton_server.TritonUnavailableError, match=r"pip install -e '\.\[triton\]'"):
-        triton_server.tritonserver_binary()
+    with pytest.raises(triton_install.TritonUnavailableError, match=r"pip install -e '\.\[triton\]'"):
+        triton_install.tritonserver_binary()
 
 
 def test_free_ports_differ():
-    from aoti_deploy.serve.triton_server import free_ports
+    from aoti_deploy.serve.loopback import free_ports
 
     ports = free_ports(5)
     assert len(set(ports)) == 5 and all(0 < port < 65536 for port in ports)
@@ -609,8 +601,8 @@ def test_tensors_cross_numpy_with_their_bits(dtype: str):
     pytest.importorskip("ml_dtypes", reason="needs the triton extra (tritonclient's dependency)")
     import torch
 
-    from aoti_deploy.serve.triton_repository import DATATYPES
-    from aoti_deploy.serve.triton_server import _to_numpy, _to_torch
+    from aoti_deploy.serve.triton_client import _to_numpy, _to_torch
+    from aoti_deploy.serve.triton_config import DATATYPES
     from aoti_deploy.verify.bits import compare_bits
     from aoti_deploy.verify.special_values import special_values
 
@@ -625,18 +617,20 @@ def test_tensors_cross_numpy_with_their_bits(dtype: str):
 def tritonserver_module():
     """serve.triton_server, once the triton extra (pytriton's server, tritonclient) is
     known to be installed; else the test is skipped, saying how to install it."""
-    from aoti_deploy.serve import triton_server
+    from aoti_deploy.serve import triton_install, triton_server
 
     try:
-        triton_server.tritonserver_binary()
-        triton_server.require_triton_client()
-    except triton_server.TritonUnavailableError as error:
+        triton_install.tritonserver_binary()
+        triton_install.require_triton_client()
+    except triton_install.TritonUnavailableError as error:
         skip_or_fail_without_triton(str(error))
     return triton_server
 
 
 @pytest.mark.triton
 def test_server_starts_and_stops_by_pid(tmp_path: Path):
+    from aoti_deploy.serve import triton_client
+
     triton_server = tritonserver_module()
     repository = tmp_path / "empty_repository"
     repository.mkdir()
@@ -647,7 +641,7 @@ def test_server_starts_and_stops_by_pid(tmp_path: Path):
         pid = server.pid
         assert server.running() and Path(f"/proc/{pid}").exists()
         assert server.http_url.startswith("http://127.0.0.1:") and server.grpc_url.startswith("127.0.0.1:")
-        assert triton_server.model_states(server.http_url) == []
+        assert triton_client.model_states(server.http_url) == []
         assert server.rss_bytes() > 1 << 20
         assert any(path.endswith("/tritonserver") for path in server.mapped_objects())
     assert server.process.returncode == 0  # SIGTERM: a clean shutdown
@@ -658,11 +652,13 @@ def test_server_starts_and_stops_by_pid(tmp_path: Path):
 
 @pytest.mark.triton
 def test_a_server_that_exits_fails_fast_with_its_log(tmp_path: Path):
+    from aoti_deploy.serve import triton_client
+
     triton_server = tritonserver_module()
     server = triton_server.TritonServer().start(tmp_path, backend_dir=tmp_path, log_file=tmp_path / "log",
                                                 extra_args=["--no-such-flag"])
     try:
-        with pytest.raises(triton_server.ServingError) as error:
+        with pytest.raises(triton_client.ServingError) as error:
             server.wait_ready(60)
     finally:
         server.stop()

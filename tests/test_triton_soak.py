@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from aoti_deploy.serve import triton_server
+from aoti_deploy.serve import triton_client, triton_config, triton_install, triton_server
+from aoti_deploy.serve.loopback import LOOPBACK
+from aoti_deploy.serve.served_models import ServedModel, read_repository
 from aoti_deploy.serve.soak import soak_cycles, unload_and_wait
-from aoti_deploy.serve.triton_repository import ServedModel, read_repository, write_repository
+from aoti_deploy.serve.triton_repository import write_repository
 from aoti_deploy.verify.bits import bit_view
 
 from conftest import Build, CompiledPackage, PACKAGE_SHAPE, skip_or_fail_without_triton
@@ -42,8 +44,8 @@ class SoakServer:
     def model(self, name: str) -> ServedModel:
         return read_repository(self.repository, [name])[0]
 
-    def names(self, name: str) -> triton_server.TensorNames:
-        return triton_server.TensorNames.of(self.model(name))
+    def names(self, name: str) -> triton_config.TensorNames:
+        return triton_config.TensorNames.of(self.model(name))
 
 
 def same_bits(actual: list[torch.Tensor], expected: list[torch.Tensor]) -> bool:
@@ -65,9 +67,9 @@ def add_parameters(model_dir: Path, parameters: dict[str, str]) -> None:
 def soak_server(tmp_path_factory: pytest.TempPathFactory, build: Build,
                 compiled_package: CompiledPackage) -> SoakServer:
     try:
-        triton_server.tritonserver_binary()
-        triton_server.require_triton_client()
-    except triton_server.TritonUnavailableError as error:
+        triton_install.tritonserver_binary()
+        triton_install.require_triton_client()
+    except triton_install.TritonUnavailableError as error:
         skip_or_fail_without_triton(str(error))
     work = tmp_path_factory.mktemp("triton_soak")
     repository = work / "repository"
@@ -99,8 +101,8 @@ def still_serving(soak: SoakServer, seed: int) -> None:
     with urllib.request.urlopen(f"{soak.server.http_url}/v2/health/ready", timeout=10) as response:
         assert response.status == 200
     sent = inputs(seed)
-    assert same_bits(triton_server.infer(soak.server.grpc_url, "grpc", STEADY, sent), sent)
-    assert same_bits(triton_server.infer(soak.server.http_url, "http", STEADY, sent), sent)
+    assert same_bits(triton_client.infer(soak.server.grpc_url, "grpc", STEADY, sent), sent)
+    assert same_bits(triton_client.infer(soak.server.http_url, "http", STEADY, sent), sent)
 
 
 def test_30_load_unload_cycles_stay_flat(soak_server: SoakServer) -> None:
@@ -178,7 +180,7 @@ def test_a_cancelled_grpc_request_fails_alone(soak_server: SoakServer) -> None:
         log = server.log_file.read_text(errors="replace")[log_offset:]
         assert log.count("the request was cancelled before model slow ran it; answered CANCELLED") == 2, log[-3000:]
         sent = inputs(12)
-        assert same_bits(triton_server.infer(server.grpc_url, "grpc", SLOW, sent), sent)
+        assert same_bits(triton_client.infer(server.grpc_url, "grpc", SLOW, sent), sent)
     finally:
         client.close()
         unload_and_wait(server, SLOW)
@@ -195,7 +197,7 @@ def raw_infer_request(soak: SoakServer, model: str, tensor: torch.Tensor) -> byt
                     "parameters": {"binary_data_size": len(data)}}],
         "outputs": [{"name": names.outputs[0], "parameters": {"binary_data": True}}],
     }).encode()
-    head = (f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: {triton_server.LOOPBACK}:{soak.server.http_port}\r\n"
+    head = (f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: {LOOPBACK}:{soak.server.http_port}\r\n"
             f"Content-Type: application/octet-stream\r\nInference-Header-Content-Length: {len(header)}\r\n"
             f"Content-Length: {len(header) + len(data)}\r\n\r\n").encode()
     return head + header + data
@@ -215,7 +217,7 @@ def test_a_client_that_hangs_up_mid_request_fails_alone(cut: str, soak_server: S
             request = raw_infer_request(soak_server, SLOW, inputs(seed)[0])
             if cut == "cut short":
                 request = request[: len(request) - len(request) // 4]
-            with socket.create_connection((triton_server.LOOPBACK, server.http_port), timeout=10) as connection:
+            with socket.create_connection((LOOPBACK, server.http_port), timeout=10) as connection:
                 connection.sendall(request)
         def executed(counts: dict[str, int]) -> int:
             return counts.get("success", 0) + counts.get("fail", 0)
@@ -228,7 +230,7 @@ def test_a_client_that_hangs_up_mid_request_fails_alone(cut: str, soak_server: S
             time.sleep(SLOW_DELAY_MS / 1000)  # what would have reached the model has by now
             assert executed(inference_counts(soak_server, SLOW)) == executed(before)
         sent = inputs(25)
-        assert same_bits(triton_server.infer(server.http_url, "http", SLOW, sent), sent)
+        assert same_bits(triton_client.infer(server.http_url, "http", SLOW, sent), sent)
         assert server.open_fds() <= fds + 2, (fds, server.open_fds())
     finally:
         unload_and_wait(server, SLOW)
@@ -246,7 +248,7 @@ def test_unloading_a_model_with_requests_queued_fails_them_alone(soak_server: So
 
     def send(i: int) -> None:
         try:
-            results[i] = triton_server.infer(server.grpc_url, "grpc", SLOW, sent[i])
+            results[i] = triton_client.infer(server.grpc_url, "grpc", SLOW, sent[i])
         except Exception as error:  # each request's outcome is checked below
             results[i] = error
 
@@ -259,7 +261,7 @@ def test_unloading_a_model_with_requests_queued_fails_them_alone(soak_server: So
         thread.join(timeout=len(sent) * SLOW_DELAY_MS / 1000 + 60)
     assert not any(thread.is_alive() for thread in threads), "a request did not end"
     for request, result in zip(sent, results):
-        assert isinstance(result, (triton_server.ServingError, list)), result
+        assert isinstance(result, (triton_client.ServingError, list)), result
         if isinstance(result, list):
             assert same_bits(result, request)
     print("\n" + "\n".join("bits" if isinstance(result, list) else str(result) for result in results))
@@ -267,7 +269,7 @@ def test_unloading_a_model_with_requests_queued_fails_them_alone(soak_server: So
     server.load_model(SLOW)
     try:
         again = inputs(37)
-        assert same_bits(triton_server.infer(server.grpc_url, "grpc", SLOW, again), again)
+        assert same_bits(triton_client.infer(server.grpc_url, "grpc", SLOW, again), again)
     finally:
         unload_and_wait(server, SLOW)
     still_serving(soak_server, seed=38)

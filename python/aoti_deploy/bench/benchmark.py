@@ -4,19 +4,15 @@ that exist before timing, measured inside the C++ runner with the package's thre
 settings, so no interpreter overhead flatters it). Also the op kernel's bandwidth
 against ``clone()``, and the C++ runner's throughput from one and from two serving
 threads, and the same package served by Triton (bench/triton.py). Stage functions
-only: ``aoti-deploy bench`` prints, tables and plots."""
+only: benchmark_report.py turns the report into JSON, tables, a plot and targets, and
+``aoti-deploy bench`` prints them."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
-import os
-import platform
-import subprocess
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -32,10 +28,12 @@ from ..models.example import FactorySource, IdentitySource
 from ..runtime.tensor_files import save_tensors
 from ..package.host import CPU_TARGETS
 from .cold_start import ColdStartResult, measure_cold_start
-from .compile_time import CompileTimes, compile_time_table, measure_compile_time
+from .compile_time import CompileTimes, measure_compile_time
+from .results import Latency, machine_facts
 from .signing import SigningResult
+from .timing import median_run, run_cpp_bench, time_calls
 
-if TYPE_CHECKING:  # bench/triton.py builds on this module, so it is imported where used
+if TYPE_CHECKING:  # the Triton section is imported where it runs
     from .triton import TritonBench
 
 # name -> NCHW shape of the float32 input.
@@ -57,25 +55,6 @@ BASE_ITERATIONS = {"1x3x224x224": 2000, "32x3x224x224": 200, "1x3x2400x2400": 60
 # per throughput run (6 runs); the whole section stays near half a minute on 2 cores.
 TRITON_REQUESTS = 500
 TRITON_SECONDS = 2.0
-
-
-@dataclass
-class Latency:
-    """Percentiles of one path at one size, in microseconds."""
-
-    p50: float
-    p90: float
-    p99: float
-    runs: int
-
-    @classmethod
-    def of(cls, samples_us: list[float]) -> "Latency":
-        ordered = sorted(samples_us)
-
-        def rank(p: float) -> float:
-            return ordered[min(len(ordered) - 1, max(0, int(-(-p * len(ordered) // 100)) - 1))]
-
-        return cls(rank(50), rank(90), rank(99), len(ordered))
 
 
 @dataclass
@@ -181,45 +160,6 @@ class BenchReport:
         return data
 
 
-def machine_facts() -> dict[str, str]:
-    """What the numbers were measured on."""
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu": model or platform.processor(),
-        "cores": str(os.cpu_count()),
-        "platform": f"{platform.system()} {platform.machine()}",
-        "python": platform.python_version(),
-    }
-
-
-def time_calls(fn: Callable[[], object], iterations: int, warmup: int) -> Latency:
-    """Call ``fn`` ``warmup`` times untimed, then ``iterations`` times, each timed."""
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(iterations):
-        start = time.perf_counter_ns()
-        fn()
-        samples.append((time.perf_counter_ns() - start) / 1e3)
-    return Latency.of(samples)
-
-
-T = TypeVar("T")
-
-
-def _median_run(runs: list[T], key: Callable[[T], float]) -> T:
-    """The run whose ``key`` is the median (the lower one of an even count)."""
-    ordered = sorted(runs, key=key)
-    return ordered[(len(ordered) - 1) // 2]
-
-
 def parse_size(name: str) -> tuple[int, int, int, int]:
     """A name from SIZES, or any ``BxCxHxW`` (e.g. ``1x3x16x16``)."""
     if name in SIZES:
@@ -246,26 +186,6 @@ def require_verified(result: BuildResult, what: str) -> Path:
         raise VerificationError(f"{what} {result.package_path} failed verification against eager, so it is not "
                                 f"benchmarked: {failed or 'no check passed'}")
     return result.package_path
-
-
-def run_cpp_bench(
-    runner: Path, package: Path, op_lib: Path, inputs: Path, iterations: int, warmup: int, work_dir: Path,
-    threads: int = 1, intra_op_threads: int | None = None, malloc: str = "retain",
-) -> dict[str, object]:
-    """The C++ runner's --bench mode (timing inside its process, serving threads
-    pinned to their own cores); its JSON result."""
-    out = work_dir / f"cpp_bench_{package.stem}_{threads}.json"
-    args = [str(runner), str(package), str(op_lib), "--inputs", str(inputs), "--bench", str(iterations),
-            "--warmup", str(warmup), "--threads", str(threads), "--malloc", malloc, "--bench-json", str(out),
-            "--pin-threads"]
-    if intra_op_threads:
-        args += ["--intra-op-threads", str(intra_op_threads)]
-    result = subprocess.run(args, capture_output=True, text=True, timeout=1800)
-    if result.returncode != 0:
-        raise AotiDeployError(
-            f"aoti_runner --bench failed with exit {result.returncode}: {(result.stderr or result.stdout).strip()}"
-        )
-    return json.loads(out.read_text())
 
 
 def kernel_bandwidth(megabytes: float, iterations: int, warmup: int) -> BandwidthResult:
@@ -392,19 +312,19 @@ def run_benchmark(
             python_runs, cpp_runs = [], []
             for _ in range(repeats):
                 python_runs.append(time_calls(lambda: package(x), iterations, warmup))
-                cpp_runs.append(run_cpp_bench(runner, package_path, library, inputs, iterations, warmup, work_dir))
+                cpp_runs.append(run_cpp_bench(runner, package_path, library, inputs, iterations, warmup))
                 for cpu_target, target_package in target_packages.items():  # the same C++ timing, per target
                     target_runs[cpu_target].append(run_cpp_bench(runner, target_package, library, inputs, iterations,
-                                                                 warmup, work_dir))
-            latencies["AOTI-Python"] = _median_run(python_runs, lambda r: r.p50)
-        cpp = _median_run(cpp_runs, lambda r: float(r["p50_us"]))
+                                                                 warmup))
+            latencies["AOTI-Python"] = median_run(python_runs, lambda r: r.p50)
+        cpp = median_run(cpp_runs, lambda r: float(r["p50_us"]))
         if cpp.get("floor") != CPP_IDENTITY_FLOOR:
             raise AotiDeployError(f"aoti_runner timed the floor {cpp.get('floor')!r} for {package_path}, not "
                                     f"{CPP_IDENTITY_FLOOR!r}: does the package declare its identity model?")
         latencies["AOTI-C++"] = Latency(cpp["p50_us"], cpp["p90_us"], cpp["p99_us"], int(cpp["outputs_checked"]))
         latencies[FLOOR] = Latency(cpp["floor_p50_us"], cpp["floor_p90_us"], cpp["floor_p99_us"], iterations)
         for cpu_target, runs in target_runs.items():
-            best = _median_run(runs, lambda r: float(r["p50_us"]))
+            best = median_run(runs, lambda r: float(r["p50_us"]))
             latencies[target_path(cpu_target)] = Latency(best["p50_us"], best["p90_us"], best["p99_us"],
                                                          int(best["outputs_checked"]))
         order = (*PATHS[:-1], *map(target_path, report.cpu_targets), ONNX_PATH, FLOOR)
@@ -422,9 +342,8 @@ def run_benchmark(
         for _ in range(repeats):  # alternated, like the latency runs
             for threads in runs:
                 runs[threads].append(run_cpp_bench(runner, package_path, library, inputs, iterations,
-                                                   iterations // 10 + 1, work_dir, threads=threads,
-                                                   intra_op_threads=1))
-        one, two = (_median_run(runs[t], lambda r: float(r["throughput_per_s"])) for t in (1, 2))
+                                                   iterations // 10 + 1, threads=threads, intra_op_threads=1))
+        one, two = (median_run(runs[t], lambda r: float(r["throughput_per_s"])) for t in (1, 2))
         report.serving = ServingResult(
             smallest.shape, float(one["throughput_per_s"]), float(two["throughput_per_s"]),
             [float(v) for v in two["per_thread_p50_us"]], int(two["mismatched_outputs"]),
@@ -532,144 +451,3 @@ def _time_onnx(source: IdentitySource, options: ExportOptions, output: Path, x: 
     return time_calls(lambda: session.run(None, feed), iterations, warmup)
 
 
-def _finite_or_none(value: object) -> object:
-    """JSON has no NaN or infinity: such numbers become null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _finite_or_none(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite_or_none(item) for item in value]
-    return value
-
-
-def write_json(report: BenchReport, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_finite_or_none(report.to_json()), indent=2, allow_nan=False) + "\n")
-    return path
-
-
-def plot(report: BenchReport, path: Path) -> Path:
-    """A PNG: p50 latency per path and size (log scale), the floor as a line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(10, 5.5))
-    names = [size.name for size in report.sizes]
-    paths = report_paths(report)
-    width = 0.8 / len(paths)
-    for i, path_name in enumerate(paths):
-        values = [size.latencies[path_name].p50 for size in report.sizes]
-        positions = [j + (i - (len(paths) - 1) / 2) * width for j in range(len(names))]
-        bars = axes.bar(positions, values, width, label=path_name)
-        for bar, size in zip(bars, report.sizes):
-            axes.annotate(f"{size.ratio_to_floor(path_name):.3g}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                          ha="center", va="bottom", fontsize=7)
-    axes.set_yscale("log")
-    axes.set_xticks(range(len(names)), [f"{n}\n({s.megabytes:.1f} MB)" for n, s in zip(names, report.sizes)])
-    axes.set_ylabel("p50 latency (µs, log scale)")
-    axes.set_title(f"IdentityModel latency per runtime (ratio to the 4-copy floor above each bar)\n"
-                   f"{report.machine['cpu']}, {report.machine['cores']} cores, torch {report.torch_version}",
-                   fontsize=10)
-    axes.legend(fontsize=8)
-    axes.grid(axis="y", which="both", alpha=0.3)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
-
-
-@dataclass
-class Target:
-    """One of the performance targets, as measured in this run."""
-
-    name: str
-    measured: str
-    met: bool
-
-
-def targets(report: BenchReport) -> list[Target]:
-    """The targets of the fast compiled path, each judged on this run's numbers."""
-    found = []
-    for size in report.sizes:
-        cpp, python = size.latencies["AOTI-C++"], size.latencies["AOTI-Python"]
-        ratio = size.ratio_to_floor("AOTI-C++")
-        found.append(Target(f"{size.name}: AOTI-C++ p50 <= 1.2x floor", f"{ratio:.2f}x", ratio <= 1.2))
-        tail = cpp.p99 / cpp.p50
-        found.append(Target(f"{size.name}: AOTI-C++ p99 <= 1.5x its p50", f"{tail:.2f}x", tail <= 1.5))
-        found.append(Target(f"{size.name}: AOTI-C++ p50 <= AOTI-Python p50",
-                            f"{cpp.p50:.1f} vs {python.p50:.1f} us", cpp.p50 <= python.p50))
-    if report.bandwidth:
-        b = report.bandwidth
-        found.append(Target(f"op kernel >= 0.9x clone() bandwidth ({b.megabytes:.0f} MB)",
-                            f"{b.kernel_gb_s:.1f} vs {b.clone_gb_s:.1f} GB/s = {b.ratio:.2f}x", b.ratio >= 0.9))
-    for bundle in report.signing:
-        found.append(Target(f"signed bundle ({bundle.name}): C++ cold start verified - bare <= 1.2x one SHA-256 "
-                            "of its bytes",
-                            f"{bundle.verification_cost_ms:.1f} vs {bundle.sha256_ms:.1f} ms = "
-                            f"{bundle.cost_in_hashes:.2f}x (a sealed copy alone: {bundle.floor_in_hashes:.2f}x)",
-                            bundle.cost_in_hashes <= 1.2))
-    if report.cold_start:
-        c = report.cold_start
-        for timing, limit_ms in ((c.aoti_runner, 250), (c.run_inference, 2000), (c.run_inference_help, 500)):
-            found.append(Target(f"cold start: {timing.name} <= {limit_ms / 1e3:g} s (whole process, median)",
-                                f"{timing.median_ms:.0f} ms", timing.median_ms <= limit_ms))
-    if report.compile_time:
-        t = report.compile_time
-        found.append(Target("compile: cold export_compile <= 1.15x torch.export + aoti_compile_and_package",
-                            f"{t.toolkit.work_s:.1f} vs {t.baseline.work_s:.1f} s = {t.cold_ratio:.2f}x",
-                            t.cold_ratio <= 1.15))
-        found.append(Target("compile: warm export_compile (cache hit) <= 2.0 s, whole process",
-                            f"{t.warm_s:.2f} s", t.warm_s <= 2.0))
-    if report.serving:
-        s = report.serving
-        found.append(Target("C++ serving: 2 threads >= 1.8x the throughput of 1",
-                            f"{s.throughput_2:.0f} vs {s.throughput_1:.0f} runs/s = {s.scaling:.2f}x", s.scaling >= 1.8))
-    return found
-
-
-def markdown_table(report: BenchReport) -> str:
-    """The latency table as Markdown, for the README."""
-    lines = ["| size | path | p50 (µs) | p90 (µs) | p99 (µs) | p50 / floor |", "|---|---|---|---|---|---|"]
-    for size in report.sizes:
-        for path in size.latencies:
-            lat = size.latencies[path]
-            lines.append(f"| {size.name} | {path} | {lat.p50:.1f} | {lat.p90:.1f} | {lat.p99:.1f} | "
-                         f"{size.ratio_to_floor(path):.2f}x |")
-    if report.signing:
-        lines += ["", "| signed bundle | size | files | SHA-256 once (ms) | verify, C++ (ms) | verify, Python (ms) | "
-                  "C++ cold start bare (ms) | verified (ms) | difference (ms) | difference / SHA-256 | "
-                  "sealed copy alone (ms) | sealed copy / SHA-256 | verified / bare |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {b.name} | {b.megabytes:.1f} MB | {b.files} | {b.sha256_ms:.1f} | {b.cpp_verify_ms:.1f} | "
-                  f"{b.python_verify_ms:.1f} | {b.cold_start_plain_ms:.0f} | {b.cold_start_signed_ms:.0f} | "
-                  f"{b.verification_cost_ms:.1f} | {b.cost_in_hashes:.2f}x | {b.sealed_copy_ms:.1f} | "
-                  f"{b.floor_in_hashes:.2f}x | {b.cold_start_ratio:.2f}x |"
-                  for b in report.signing]
-    if report.cold_start:
-        c = report.cold_start
-        lines += ["", f"| cold start (whole process, median of {c.aoti_runner.runs}) | median (ms) | min (ms) | "
-                  "peak RSS (MB) |", "|---|---|---|---|"]
-        lines += [f"| {t.name} | {t.median_ms:.0f} | {t.min_ms:.0f} | {t.peak_rss_mb:.0f} |" for t in c.timings]
-        lines.append(f"| run_inference / aoti_runner | {c.ratio:.1f}x | | |")
-    if report.compile_time:
-        header, rows = compile_time_table(report.compile_time)
-        lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(row) + " |" for row in rows]
-    if report.triton:
-        from .triton import triton_latency_table, triton_targets, triton_threads_note, triton_throughput_table
-
-        for header, rows in (triton_latency_table(report.triton), triton_throughput_table(report.triton)):
-            lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            lines += ["| " + " | ".join(row) + " |" for row in rows]
-        lines += ["", f"Triton: {triton_threads_note(report.triton)}."]
-        lines += ["", "| Triton target (reported, not enforced) | measured | result |", "|---|---|---|"]
-        lines += [f"| {t.name} | {t.measured} | {'PASS' if t.met else 'MISS'} |" for t in triton_targets(report.triton)]
-    elif report.triton_skipped:
-        lines += ["", f"Triton section skipped: {report.triton_skipped}"]
-    lines += ["", "| target | measured | met |", "|---|---|---|"]
-    lines += [f"| {t.name} | {t.measured} | {'yes' if t.met else 'no'} |" for t in targets(report)]
-    return "\n".join(lines) + "\n"

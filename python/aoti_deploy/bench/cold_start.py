@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import AotiDeployError
+from ..runtime.cpp_runner import CppRunner
 
 # Timed whole-process runs per command (after one untimed warm run); the median is
 # reported.
@@ -114,7 +115,7 @@ def measure_cold_start(package: Path, op_library: Path, runner: Path, run_infere
     script = run_inference or run_inference_script()
     env = {key: value for key, value in os.environ.items() if key != _TRUSTED_KEY_ENV}
     commands = {
-        "aoti_runner": ([str(runner), str(package), str(op_library)], "PASSED"),
+        "aoti_runner": (CppRunner(package, [op_library], executable=runner).command(), "PASSED"),
         "run_inference": ([str(script), str(package), str(op_library)], "PASSED"),
         "run_inference --help": ([str(script), "--help"], None),
     }

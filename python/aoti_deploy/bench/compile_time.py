@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import AotiDeployError
+from .timing import median_run
 
 # Both flows import the same compiler modules before their clock starts, so each stage
 # holds its work, not whichever import happened to land in it; the import is timed apart.
@@ -107,8 +108,6 @@ def measure_compile_time(work_dir: Path, library: Path, runs: int = 3) -> Compil
     """Time the three flows (see the module docstring) ``runs`` times each, in an order
     that rotates every round, and keep each flow's median run. Raises
     AotiDeployError if a flow fails."""
-    from .benchmark import _median_run
-
     work_dir.mkdir(parents=True, exist_ok=True)
     python = sys.executable
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHINDUCTOR_", "AOT_INDUCTOR_"))}
@@ -135,7 +134,7 @@ def measure_compile_time(work_dir: Path, library: Path, runs: int = 3) -> Compil
         for name in names[index % len(names):] + names[:index % len(names)]:
             script, extra = flows[name]
             measured[name].append(cold(script, name, index, extra))
-    baseline, toolkit, one_thread = (_median_run(measured[name], lambda run: run.work_s) for name in flows)
+    baseline, toolkit, one_thread = (median_run(measured[name], lambda run: run.work_s) for name in flows)
 
     # Warm: the CLI again on the package the last cold run wrote, which it must reuse.
     cli = Path(python).parent / "export_compile"

@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING, Any, Iterator
 import torch
 
 from ..errors import AotiDeployError, InputError
+from .plots import label_bar, latency_figure, save_latency_figure
+from .results import Latency, finite_or_none, machine_facts
+from .timing import time_samples
 
 if TYPE_CHECKING:
     from ..api import Package
@@ -126,15 +129,7 @@ class _Timing:
 
 
 def _time(fn: Callable[[], object], iterations: int, warmup: int) -> _Timing:
-    from .benchmark import Latency
-
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(iterations):
-        start = time.perf_counter_ns()
-        fn()
-        samples.append((time.perf_counter_ns() - start) / 1e3)
+    samples = time_samples(fn, iterations, warmup)
     latency = Latency.of(samples)
     return _Timing(latency.p50, latency.p99, statistics.fmean(samples))
 
@@ -257,7 +252,6 @@ def benchmark_package(
     that does not export to ONNX, the ONNX extra missing). Never raises for one
     path; raises InputError for bad arguments."""
     from ..runtime.onnx_extra import missing_onnx_packages
-    from .benchmark import machine_facts
 
     if iterations < 1 or warmup < 0 or not batches or min(batches) < 1:
         raise InputError("iterations must be >= 1, warmup >= 0 and every batch >= 1")
@@ -404,25 +398,18 @@ def write_outputs(result: BenchmarkResult, output_dir: Path, title: str = "") ->
     ``output_dir``."""
     import json
 
-    from .benchmark import _finite_or_none
-
     output_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path, png_path = output_dir / "bench.json", output_dir / "bench.md", output_dir / "bench.png"
-    json_path.write_text(json.dumps(_finite_or_none(result.to_json()), indent=2) + "\n")
+    json_path.write_text(json.dumps(finite_or_none(result.to_json()), indent=2) + "\n")
     md_path.write_text(result.markdown())
     plot_package(result, png_path, title)
     return json_path, md_path, png_path
 
 
 def plot_package(result: BenchmarkResult, path: Path, title: str = "") -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     batches = sorted({r.batch for r in result.rows})
     paths = [p for p in result.paths() if any(r.path == p and r.p50_us is not None for r in result.rows)]
-    figure, axes = plt.subplots(figsize=(10, 5.5))
+    figure, axes = latency_figure()
     width = 0.8 / max(1, len(paths))
     for i, name in enumerate(paths):
         for j, batch in enumerate(batches):
@@ -432,21 +419,12 @@ def plot_package(result: BenchmarkResult, path: Path, title: str = "") -> Path:
             bar = axes.bar(j + (i - (len(paths) - 1) / 2) * width, row.p50_us, width,
                            color=f"C{i}", label=name if j == 0 or all(
                                (result.row(name, b) is None) for b in batches[:j]) else None)[0]
-            axes.annotate(f"{row.p50_ratio:.2g}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                          ha="center", va="bottom", fontsize=7)
-    axes.set_yscale("log")
-    axes.set_xticks(range(len(batches)), [f"batch {b}" for b in batches])
-    axes.set_ylabel("p50 latency (µs, log scale)")
-    axes.set_title(f"{title or 'package'}: p50 per path (ratio to the fastest above each bar)\n"
-                   f"{result.machine.get('cpu', '?')}, {result.threads} thread(s), torch {result.torch_version}",
-                   fontsize=10)
-    axes.legend(fontsize=8)
-    axes.grid(axis="y", which="both", alpha=0.3)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+            label_bar(axes, bar, f"{row.p50_ratio:.2g}x")
+    return save_latency_figure(
+        figure, axes, path, [f"batch {b}" for b in batches],
+        f"{title or 'package'}: p50 per path (ratio to the fastest above each bar)\n"
+        f"{result.machine.get('cpu', '?')}, {result.threads} thread(s), torch {result.torch_version}",
+    )
 
 
 

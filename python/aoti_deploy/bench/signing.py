@@ -21,6 +21,7 @@ from torch import nn
 from ..errors import AotiDeployError
 from ..package.bundle_writer import write_bundle
 from ..runtime.trust import TrustPolicy, open_model
+from ..runtime.cpp_runner import CppRunner
 
 # Whole-process runs per runner and bundle; the median is reported.
 COLD_START_RUNS = 7
@@ -150,8 +151,8 @@ def measure_bundle(name: str, package: Path, op_libraries: list[Path], runner: P
     bundle = write_bundle(package, op_libraries, work_dir / f"bundle_{name}", sign_key=private_key)
     files = sorted(p for p in bundle.iterdir() if p.name != "model.sig")
     megabytes = sum(p.stat().st_size for p in files) / 1e6
-    plain_args = [str(runner), str(package), *(str(p) for p in op_libraries)]
-    signed_args = [str(runner), str(bundle), "--trusted-key", str(public_key)]
+    plain_args = CppRunner(package, op_libraries, executable=runner).command()
+    signed_args = CppRunner(bundle, trusted_key=public_key, executable=runner).command()
     plain, signed, verify = [], [], []
     _run(plain_args)  # page cache and dynamic loader warm for both
     for _ in range(runs):

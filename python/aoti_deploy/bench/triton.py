@@ -2,7 +2,8 @@
 backend in one tritonserver, against the in-process C++ runner measured in the same run.
 Client latency over HTTP and gRPC, the server's own time per request by phase (from its
 statistics), and throughput from 1 to 16 gRPC clients with and without dynamic batching.
-Stage functions only: ``aoti-deploy bench`` prints."""
+Stage functions only: triton_report.py makes its tables and targets, ``aoti-deploy
+bench`` prints them."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ import torch
 from ..errors import AotiDeployError, VerificationError
 from ..runtime.tensor_files import save_tensors
 from ..verify.bits import bit_view
-from .benchmark import Latency, Target, run_cpp_bench
+from .results import Latency
+from .timing import run_cpp_bench
 
 # The three models of the section's repository.
 DEMO_MODEL = "demo"  # the static package, max_batch_size 0
@@ -36,10 +38,6 @@ CLIENTS = (1, 4, 16)
 # The server's per-request phases (inference_stats of /v2/models/<model>/stats), in order.
 PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
 TOTAL = "total"  # the four phases of one request, added
-# Targets (reported, not enforced): Triton's compute against the in-process p50.
-COMPUTE_INFER_LIMIT = 1.3  # x in-process p50
-SERVER_OVERHEAD_LIMIT_US = 100.0  # server total p50 - in-process p50
-BATCHING_SCALING_LIMIT = 3.0  # throughput at 16 clients / at 1, with dynamic batching
 # How long to wait for a request's statistics: the backend reports them right after it
 # sends the response, so the client may see the response first.
 _STATS_WAIT_S = 2.0
@@ -132,7 +130,7 @@ def resolve_backend_dir(runner: Path | None = None) -> Path:
 def triton_unavailable_reason(runner: Path | None = None) -> str | None:
     """Why the section cannot run here (the triton extra is missing, or the backend is
     not built), or None when it can."""
-    from ..serve.triton_server import require_triton_client, tritonserver_binary
+    from ..serve.triton_install import require_triton_client, tritonserver_binary
 
     try:
         tritonserver_binary()
@@ -173,7 +171,7 @@ def _client(protocol: str, server: Any) -> Any:
 def _client_latency(server: Any, protocol: str, model: str, x: torch.Tensor, requests: int, warmup: int) -> Latency:
     """Sequential requests over one connection, each timed from the call to the
     outputs as tensors; the first, middle and last responses are checked bit for bit."""
-    from ..serve.triton_server import infer, model_tensor_names
+    from ..serve.triton_client import infer, model_tensor_names
 
     names = model_tensor_names(server.http_url, model)  # asked once, not in each timed request
     client = _client(protocol, server)
@@ -214,7 +212,7 @@ def _server_phases(server: Any, model: str, x: torch.Tensor, requests: int, warm
     each request's share taken as the difference from the previous read."""
     import tritonclient.http as http_module
 
-    from ..serve.triton_server import ServingError, infer, model_tensor_names
+    from ..serve.triton_client import ServingError, infer, model_tensor_names
 
     names = model_tensor_names(server.http_url, model)
     client = _client("grpc", server)
@@ -256,7 +254,7 @@ def _throughput_run(server: Any, model: str, x: torch.Tensor, clients: int, seco
     start together and send requests back to back for ``seconds``; each checks its
     first and last response bit for bit. The model's statistics are read before the
     start and after the last thread ends."""
-    from ..serve.triton_server import infer, model_statistics, model_tensor_names
+    from ..serve.triton_client import infer, model_statistics, model_tensor_names
 
     names = model_tensor_names(server.http_url, model)
     ready = threading.Barrier(clients + 1)
@@ -304,7 +302,7 @@ def _throughput_run(server: Any, model: str, x: torch.Tensor, clients: int, seco
         start_at.append(time.perf_counter())
     finally:
         go.set()  # without a start time, the threads end at once
-    from ..serve.triton_server import INFER_TIMEOUT_S, ServingError
+    from ..serve.triton_client import INFER_TIMEOUT_S, ServingError
 
     for thread in threads:
         thread.join(timeout=seconds + 2 * INFER_TIMEOUT_S)  # each request times out on its own
@@ -410,7 +408,7 @@ def measure_triton(
         step("Triton: in-process reference, aoti_runner --bench")
         inputs = save_tensors(work_dir / "triton_input.pt", [x])
         iterations = max(20, requests)
-        cpp = run_cpp_bench(runner, package, op_library, inputs, iterations, max(1, iterations // 10), work_dir)
+        cpp = run_cpp_bench(runner, package, op_library, inputs, iterations, max(1, iterations // 10))
         in_process = InProcessReference(
             Latency(cpp["p50_us"], cpp["p90_us"], cpp["p99_us"], int(cpp["outputs_checked"])),
             f"aoti_runner --bench, {iterations} runs, measured for this section", int(cpp["intra_op_threads"]))
@@ -447,63 +445,3 @@ def _server_threads(log_file: Path, model: str) -> int:
     except OSError:
         return 0
     return int(found[-1]) if found else 0
-
-
-# --- Tables and targets (the CLI and the Markdown) --------------------------------------
-
-def triton_latency_table(t: TritonBench) -> tuple[list[str], list[list[str]]]:
-    """Latency against the in-process p50, as (header, rows)."""
-
-    def row(name: str, latency: Latency) -> list[str]:
-        return [name, f"{latency.p50:.1f}", f"{latency.p99:.1f}", f"{t.ratio(latency):.2f}x"]
-
-    rows = [
-        row(f"in-process: {t.in_process.source}", t.in_process.latency),
-        row(f"Triton HTTP client p50/p99 ({t.http.runs} requests, one connection)", t.http),
-        row(f"Triton gRPC client p50/p99 ({t.grpc.runs} requests, one connection)", t.grpc),
-    ]
-    rows += [row(f"server {phase} p50/p99", t.phases[phase]) for phase in PHASES]
-    rows.append(row(f"server total per request p50/p99 ({' + '.join(PHASES)})", t.phases[TOTAL]))
-    header = [f"Triton, {DEMO_MODEL} model {'x'.join(map(str, t.shape))} (one client, batch 1)", "p50 (µs)",
-              "p99 (µs)", "p50 / in-process p50"]
-    return header, rows
-
-
-def triton_throughput_table(t: TritonBench) -> tuple[list[str], list[list[str]]]:
-    """Throughput per model and client count, with the requests merged per execution,
-    as (header, rows)."""
-    rows = []
-    for run in t.throughput:
-        first = min((r for r in t.throughput if r.model == run.model), key=lambda r: r.clients)
-        rows.append([run.model, str(run.clients), f"{run.throughput:.0f}", str(run.requests), str(run.executions),
-                     f"{run.per_execution:.2f}", f"{run.throughput / first.throughput:.2f}x"])
-    header = ["Triton throughput (gRPC clients, batch-1 requests)", "clients", "requests/s", "requests",
-              "executions", "requests per execution", "ratio to the fewest clients"]
-    return header, rows
-
-
-def triton_threads_note(t: TritonBench) -> str:
-    """The intra-op threads on each side of the comparison."""
-    server = f"{t.server_intra_op_threads}" if t.server_intra_op_threads else "an unlogged number of"
-    return (f"intra-op threads: in-process {t.in_process.intra_op_threads}, Triton backend {server} per instance "
-            f"(its default leaves one core to Triton's own threads)")
-
-
-def triton_targets(t: TritonBench) -> list[Target]:
-    """The section's targets, judged on this run (reported, never enforced)."""
-    infer, total, reference = t.phases["compute_infer"], t.phases[TOTAL], t.in_process.latency.p50
-    found = [
-        Target(f"Triton compute_infer p50 <= {COMPUTE_INFER_LIMIT:g}x in-process p50",
-               f"{infer.p50:.1f} vs {reference:.1f} us = {t.ratio(infer):.2f}x", t.ratio(infer) <= COMPUTE_INFER_LIMIT),
-        Target(f"Triton server total p50 <= in-process p50 + {SERVER_OVERHEAD_LIMIT_US:g} us",
-               f"{total.p50:.1f} vs {reference:.1f} us = {total.p50 - reference:+.1f} us",
-               total.p50 <= reference + SERVER_OVERHEAD_LIMIT_US),
-    ]
-    runs = sorted((r for r in t.throughput if r.model == BATCHING_MODEL), key=lambda r: r.clients)
-    if len(runs) > 1:
-        scaling = t.scaling(BATCHING_MODEL)
-        found.append(Target(f"Triton dynamic batching: throughput at {runs[-1].clients} clients >= "
-                            f"{BATCHING_SCALING_LIMIT:g}x at {runs[0].clients}",
-                            f"{runs[-1].throughput:.0f} vs {runs[0].throughput:.0f} req/s = {scaling:.2f}x",
-                            scaling >= BATCHING_SCALING_LIMIT))
-    return found

@@ -10,10 +10,11 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ..bench.benchmark import FLOOR, SIZES, markdown_table, plot, run_benchmark, targets, write_json
+from ..bench.benchmark import FLOOR, SIZES, run_benchmark
+from ..bench.benchmark_report import markdown_table, plot, targets, write_json
 from ..bench.compile_time import compile_time_table
-from ..bench.triton import (TritonBench, triton_latency_table, triton_targets, triton_threads_note,
-                            triton_throughput_table)
+from ..bench.triton import TritonBench
+from ..bench.triton_report import triton_latency_table, triton_targets, triton_threads_note, triton_throughput_table
 from ..errors import EXIT_MISMATCH, AotiDeployError
 from .common import (
     OpLibOption, RunnerOption, console, exit_with, put_working_folder_on_path, require_runner, step_progress,

@@ -104,14 +104,15 @@ def fleet(
     try:
         from ..locate import triton_backend_dir
         from ..serve.fleet import Timing, run_fleet
-        from ..serve.triton_server import require_triton_client, tritonserver_binary
+        from ..serve.triton_install import require_triton_client, tritonserver_binary
 
         require_triton_client()
         tritonserver_binary()
+        from ..api import export  # torch: only once the extra is known to be there
         report = run_fleet(
             work, triton_backend_dir(), clients=clients, control=control,
             timing=Timing(steady_s=steady_seconds, down_s=down_seconds, settle_s=settle_seconds),
-            on_stage=lambda text: console.print(f"==> {text}"),
+            on_stage=lambda text: console.print(f"==> {text}"), export=export,
         )
     except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)

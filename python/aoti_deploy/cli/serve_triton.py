@@ -96,8 +96,11 @@ def serve_triton(
     signal.signal(signal.SIGTERM, stop_on_signal)
     try:
         from ..locate import triton_backend_dir
-        from ..serve.triton_repository import read_repository
-        from ..serve.triton_server import TritonServer, check_served_model, model_statistics, require_triton_client
+        from ..serve.serve_check import check_served_model
+        from ..serve.served_models import read_repository
+        from ..serve.triton_client import model_statistics
+        from ..serve.triton_install import require_triton_client
+        from ..serve.triton_server import TritonServer
 
         require_triton_client()
         models = read_repository(repository, list(model or []))

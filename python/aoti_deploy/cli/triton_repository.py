@@ -29,7 +29,7 @@ def _dims(dims: tuple[int, ...], batched: bool) -> str:
 def _serve_command(repository: Path) -> str:
     """The tritonserver command line for ``repository``, with this checkout's backend."""
     from ..locate import triton_backends_dir
-    from ..serve.triton_server import TritonUnavailableError, tritonserver_binary
+    from ..serve.triton_install import TritonUnavailableError, tritonserver_binary
 
     try:
         binary = str(tritonserver_binary())

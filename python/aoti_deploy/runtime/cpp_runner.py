@@ -1,5 +1,6 @@
 """aoti_runner, the C++ runner, as a process with no Python in it: its command line is
-built here and nowhere else, for a run that writes outputs and for --bench."""
+built here and nowhere else, for a run that writes outputs and for --bench. Importing
+this module does not import torch (the cold-start helper builds commands with it)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..errors import AotiDeployError, PackageError
 from ..locate import runner_path
-from .tensor_files import load_tensors, save_tensors
+
+if TYPE_CHECKING:
+    import torch
 
 # Exit codes of aoti_runner that still write --outputs: 0 ok, 1 a check failed
 # (identity, --expected or --eager-reference).
@@ -56,6 +57,8 @@ class CppRunner:
             PackageError: another exit code, or no outputs written; with the
                 runner's message.
         """
+        from .tensor_files import load_tensors, save_tensors
+
         with tempfile.TemporaryDirectory(prefix="aoti_deploy_cpp_") as folder:
             inputs, outputs = Path(folder) / "inputs.pt", Path(folder) / "outputs.pt"
             save_tensors(inputs, [x.cpu() for x in tensors])
@@ -66,18 +69,22 @@ class CppRunner:
                                    f"{(result.stderr or result.stdout).strip()}")
             return load_tensors(outputs)
 
-    def bench(self, tensors: Sequence[torch.Tensor], iterations: int, warmup: int, *options: str,
+    def bench(self, tensors: Sequence[torch.Tensor] | Path, iterations: int, warmup: int, *options: str,
               timeout: float | None = None) -> dict[str, Any]:
-        """``aoti_runner --bench`` on ``tensors`` (timing inside its process), with
-        more of its options (``--threads``, ``--intra-op-threads``, ``--malloc``,
-        ``--pin-threads``); its JSON result (p50_us, p99_us, mean_us, ...).
+        """``aoti_runner --bench`` on ``tensors`` (or a tensor file of them; timing
+        inside its process), with more of its options (``--threads``,
+        ``--intra-op-threads``, ``--malloc``, ``--pin-threads``); its JSON result
+        (p50_us, p99_us, mean_us, ...).
 
         Raises:
             AotiDeployError: the runner failed, with its message and how long it ran.
         """
+        from .tensor_files import save_tensors
+
         with tempfile.TemporaryDirectory(prefix="aoti_deploy_bench_") as folder:
-            inputs, out = Path(folder) / "inputs.pt", Path(folder) / "bench.json"
-            save_tensors(inputs, [x.cpu() for x in tensors])
+            out = Path(folder) / "bench.json"
+            inputs = tensors if isinstance(tensors, Path) else save_tensors(Path(folder) / "inputs.pt",
+                                                                             [x.cpu() for x in tensors])
             started = time.perf_counter()
             result = subprocess.run(
                 self.command("--inputs", str(inputs), "--bench", str(iterations), "--warmup", str(warmup),

@@ -14,11 +14,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import AotiDeployError
 from .haproxy import HAProxy, HealthCheck, replica_name
-from .triton_server import ServingError, TensorNames, TritonServer, free_ports, infer, model_states
+from .loopback import free_ports
+from .triton_client import ServingError, infer, model_states
+from .triton_config import TensorNames
+from .triton_server import TritonServer
 
 if TYPE_CHECKING:
     import torch
@@ -28,6 +31,23 @@ OTHER_BITS = -1  # an answer with the bits of neither version
 FAILED = 0
 MODEL_NAME = "mlp"
 INPUT_SHAPE = (4, 16)  # SeededMLP's [batch, features]
+
+
+class CompiledVersion(Protocol):
+    """A compiled and verified package, loaded in this process (aoti_deploy.api's Package)."""
+
+    path: Path
+
+    def run(self, inputs: list["torch.Tensor"]) -> list["torch.Tensor"]: ...
+
+    def close(self) -> None: ...
+
+
+class Export(Protocol):
+    """How a version is compiled: ``aoti_deploy.api.export``, passed in by the caller
+    (the API sits above serving, so this module does not import it)."""
+
+    def __call__(self, model: "torch.nn.Module", args: Any, *, package_path: Path) -> CompiledVersion: ...
 
 
 # --- The model: one package per version, compiled once -------------------------------
@@ -87,14 +107,16 @@ def make_signing_keys(directory: str | os.PathLike[str]) -> tuple[Path, Path]:
 
 def prepare_model(
     work: str | os.PathLike[str],
+    export: Export,
     *,
     seeds: tuple[int, int] = (1, 2),
     request_sets: int = 4,
     on_stage: Callable[[str], None] | None = None,
 ) -> FleetModel:
-    """Compile SeededMLP with each seed into ``work``/packages (a package built from
-    the same inputs is reused), make a signing key pair, and compute both versions'
-    outputs for ``request_sets`` seeded inputs with the Python runtime.
+    """Compile SeededMLP with each seed into ``work``/packages with ``export``
+    (``aoti_deploy.api.export``; a package built from the same inputs is reused), make
+    a signing key pair, and compute both versions' outputs for ``request_sets`` seeded
+    inputs with the Python runtime.
 
     Raises:
         AotiDeployError: a compile or verification failed, or the two versions give
@@ -102,8 +124,8 @@ def prepare_model(
     """
     import torch
 
-    from ..api import export
     from ..models.mlp import SeededMLP
+    from ..package.archive import read_package_spec
 
     work = Path(work)
     inputs = tuple(
@@ -117,21 +139,12 @@ def prepare_model(
         packages.append(package.path)
         expected[version] = tuple(tuple(package.run(list(x))) for x in inputs)
         package.close()
-    model = FleetModel(MODEL_NAME, (packages[0], packages[1]), inputs, expected, _names(packages[0]),
-                       *make_signing_keys(work / "keys"))
+    model = FleetModel(MODEL_NAME, (packages[0], packages[1]), inputs, expected,
+                       TensorNames.of_spec(read_package_spec(packages[0])), *make_signing_keys(work / "keys"))
     for i in range(request_sets):
         if model.version_of(i, expected[NEW][i]) != NEW:
             raise AotiDeployError(f"seeds {seeds} give the same outputs for request set {i}; pick other seeds")
     return model
-
-
-def _names(package: Path) -> TensorNames:
-    from ..package.archive import read_package_spec
-    from .triton_repository import INPUT_PREFIX, OUTPUT_PREFIX, served_name
-
-    spec = read_package_spec(package)
-    return TensorNames(tuple(served_name(spec.inputs, i, INPUT_PREFIX) for i in range(len(spec.inputs))),
-                       tuple(served_name(spec.outputs, k, OUTPUT_PREFIX) for k in range(len(spec.outputs))))
 
 
 def publish(model: FleetModel, repository: str | os.PathLike[str], version: int,
@@ -565,12 +578,15 @@ def run_fleet(
     timing: Timing = Timing(),
     on_stage: Callable[[str], None] | None = None,
     model: FleetModel | None = None,
+    export: Export | None = None,
 ) -> FleetReport:
-    """Prepare the two versions (unless ``model`` is given), then run the three
-    scenarios in turn: a rolling update on one server, a replica SIGKILL and restart
-    behind HAProxy, and the rolling update across both replicas.
+    """Prepare the two versions with ``export`` (``aoti_deploy.api.export``; unless
+    ``model`` is given), then run the three scenarios in turn: a rolling update on one
+    server, a replica SIGKILL and restart behind HAProxy, and the rolling update across
+    both replicas.
 
     Raises:
+        AotiDeployError (kind usage): neither ``model`` nor ``export`` was given.
         AotiDeployError (its subclasses ServingError, LoadBalancerError,
         HAProxyUnavailableError, TritonUnavailableError): a stage could not run.
     """
@@ -581,10 +597,12 @@ def run_fleet(
             on_stage(text)
 
     work = Path(work)
+    if model is None and export is None:
+        raise AotiDeployError("run_fleet needs a prepared model, or export to prepare one", kind="usage")
     _check_control(control)  # before minutes of compiling
     haproxy_binary()
     if model is None:
-        model = prepare_model(work, on_stage=on_stage)
+        model = prepare_model(work, export, on_stage=on_stage)
     results = []
     stage("rolling update on one server")
     results.append(rolling_update_one_server(model, work / "one_server", backend_dir, control=control,

@@ -8,17 +8,16 @@ import csv
 import io
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, NamedTuple
+from typing import NamedTuple
 
 from ..errors import AotiDeployError
-from .triton_server import LOOPBACK, free_ports
+from .loopback import LOOPBACK, LoopbackProcess, free_ports
 
 HAPROXY_INSTALL = "apt-get install haproxy (Debian's package; ./scripts/fleet_demo.sh installs it when missing)"
 BACKEND = "replicas"
@@ -128,7 +127,7 @@ class ServerState(NamedTuple):
         return self.status == "UP"
 
 
-class HAProxy:
+class HAProxy(LoopbackProcess):
     """An haproxy process on 127.0.0.1 in the foreground (-db), its log (stdout and
     stderr) appended to a file, stopped by its PID (SIGTERM, then SIGKILL)::
 
@@ -137,14 +136,14 @@ class HAProxy:
             infer(balancer.url, "http", model, inputs)
     """
 
+    error = LoadBalancerError
+    not_started = "haproxy was not started"
+
     def __init__(self, binary: str | os.PathLike[str] | None = None) -> None:
-        self.binary = Path(binary) if binary is not None else haproxy_binary()
-        self.process: subprocess.Popen[bytes] | None = None
+        super().__init__(Path(binary) if binary is not None else haproxy_binary())
         self.port = 0
         self.config_file: Path | None = None
         self.socket_path: Path | None = None
-        self.log_file: Path | None = None
-        self._log: IO[bytes] | None = None
 
     def start(
         self,
@@ -183,33 +182,13 @@ class HAProxy:
         if checked.returncode != 0:
             raise LoadBalancerError(f"haproxy refused {self.config_file}: {checked.stdout}{checked.stderr}",
                                     kind="config")
-        setpriv = shutil.which("setpriv")
-        launch = [setpriv, "--pdeathsig", "TERM", "--"] if die_with_parent and setpriv else []
-        try:
-            self._log = self.log_file.open("ab")
-            self.process = subprocess.Popen(
-                launch + [str(self.binary), "-db", "-f", str(self.config_file)], stdin=subprocess.DEVNULL,
-                stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-        except OSError as error:
-            self._close_log()
-            raise LoadBalancerError(f"could not start {self.binary}: {error.strerror or error}",
-                                    kind="start") from error
+        self._launch([str(self.binary), "-db", "-f", str(self.config_file)], die_with_parent=die_with_parent)
         return self
-
-    @property
-    def pid(self) -> int:
-        if self.process is None:
-            raise LoadBalancerError("haproxy was not started")
-        return self.process.pid
 
     @property
     def url(self) -> str:
         """host:port of the frontend, as tritonclient.http takes it."""
         return f"{LOOPBACK}:{self.port}"
-
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
 
     def command(self, line: str, timeout: float = 5.0) -> str:
         """One command on the admin socket (e.g. "show stat"), its answer.
@@ -298,33 +277,13 @@ class HAProxy:
             time.sleep(0.05)
 
     def stop(self, timeout: float = 10.0) -> int | None:
-        """SIGTERM haproxy's PID, wait up to ``timeout`` seconds, then SIGKILL. Safe to
-        call again.
+        """SIGTERM haproxy's PID, wait up to ``timeout`` seconds, then SIGKILL, and
+        remove its admin socket's folder. Safe to call again.
 
         Returns:
             Its exit code, or None if never started.
         """
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._close_log()
-        if self.socket_path is not None:
+        code = super().stop(timeout)
+        if self.process is not None and self.socket_path is not None:
             shutil.rmtree(self.socket_path.parent, ignore_errors=True)
-        return self.process.returncode
-
-    def _close_log(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def __enter__(self) -> "HAProxy":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+        return code

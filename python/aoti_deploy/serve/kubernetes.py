@@ -232,7 +232,7 @@ def kubernetes_manifests(written: RepositoryModel, budget: CpuBudget,
         AotiDeployError (kind usage): a bad replica count or quantity.
         PackageError: the trusted key named by the config cannot be read.
     """
-    from .triton_repository import PARAM_INTRA_OP_THREADS, PARAM_TRUSTED_KEY
+    from .triton_config import PARAM_INTRA_OP_THREADS, PARAM_TRUSTED_KEY
 
     if settings.replicas < 1:
         raise _usage(f"--replicas must be at least 1, got {settings.replicas}")

@@ -13,16 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .triton_repository import ServedModel, read_repository
-from .triton_server import (
-    PythonReference,
-    ServingError,
-    TensorNames,
-    TritonServer,
-    infer,
-    model_states,
-    request_inputs,
-)
+from .serve_check import PythonReference, request_inputs
+from .served_models import ServedModel, read_repository
+from .triton_client import ServingError, infer, model_states
+from .triton_config import TensorNames
+from .triton_server import TritonServer
 
 if TYPE_CHECKING:
     import torch
