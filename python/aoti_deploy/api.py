@@ -25,11 +25,15 @@ from .errors import InputError, PackageError, VerificationError
 from .models.call import CallInputs
 from .models.example import FactorySource, IdentitySource
 from .package.spec import BITWISE, CLOSE, ULP, PackageSpec, Tolerance
+from .serve.deployment import TritonDeployment, deploy_to_triton
+from .serve.serving import Serving
+from .serve.serving import start_serving as serve
 from .serve.kubernetes import KubernetesSettings
 
 __all__ = [
     "BenchRow", "BenchmarkResult", "BuildResult", "Dim", "ExportOptions", "FactorySource", "IdentitySource",
-    "ONNX_MODES", "ONNX_STAGES", "OutputCheck", "Package", "Report", "STAGES", "TARGETS", "export", "load",
+    "ONNX_MODES", "ONNX_STAGES", "OutputCheck", "Package", "Report", "STAGES", "TARGETS", "TritonDeployment",
+    "Serving", "deploy_to_triton", "export", "load", "serve",
 ]
 
 # torch.export's own Dim, re-exported: dynamic_shapes take it as torch.export does.
@@ -466,20 +470,10 @@ class Package:
         manifests for the repository into that folder (``kubernetes_settings``: image,
         replicas, CPU limit, claim, KServe; see docs/kubernetes.md); a bad setting is
         refused before anything is written. Returns the model's folder."""
-        from .serve.kubernetes import kubernetes_budget, kubernetes_manifests, write_manifests
-        from .serve.triton_repository import default_model_name, write_repository
-
-        name = name or default_model_name(self.path)
-        settings = kubernetes_settings or KubernetesSettings()
-        budget = None
-        if kubernetes is not None:
-            budget = kubernetes_budget(repository, name, instances=config.get("instances", 1),
-                                       intra_op_threads=config.get("intra_op_threads"), settings=settings)
         config.setdefault("op_libraries", self._libraries)
-        written = write_repository(self.path, repository, name=name, **config)
-        if kubernetes is not None and budget is not None:
-            write_manifests(kubernetes_manifests(written, budget, settings), kubernetes)
-        return written.config_path.parent
+        deployment = deploy_to_triton(self.path, repository, name, kubernetes=kubernetes,
+                                      kubernetes_settings=kubernetes_settings, **config)
+        return deployment.model.config_path.parent
 
     def benchmark(
         self,

@@ -4,11 +4,8 @@ bit; then stop the server, or with --keep leave it serving."""
 
 from __future__ import annotations
 
-import os
 import shlex
 import signal
-import tempfile
-import time
 from pathlib import Path
 from typing import Annotated, List, Optional
 
@@ -95,35 +92,23 @@ def serve_triton(
     # SIGTERM (a timeout, a cancelled job) unwinds like Ctrl-C, which stops the server.
     signal.signal(signal.SIGTERM, stop_on_signal)
     try:
-        from ..locate import triton_backend_dir
-        from ..serve.serve_check import check_served_model
-        from ..serve.served_models import read_repository
-        from ..serve.triton_client import model_statistics
-        from ..serve.triton_install import require_triton_client
-        from ..serve.triton_server import TritonServer
+        from ..api import serve
 
-        require_triton_client()
-        models = read_repository(repository, list(model or []))
-        backend_dir = triton_backend_dir()
-        server = TritonServer()
-        if log_file is None:
-            handle, name = tempfile.mkstemp(prefix="tritonserver_", suffix=".log")
-            os.close(handle)
-            log_file = Path(name)
-        started = time.perf_counter()
-        # Without --keep the server also dies with this process, however it ends.
-        server.start(repository, backend_dir=backend_dir, log_file=log_file, die_with_parent=not keep,
-                     http_port=http_port or None, grpc_port=grpc_port or None, metrics_port=metrics_port or None)
-        console.print(f"tritonserver pid {server.pid}: {server.http_url} (HTTP), {server.grpc_url} (gRPC); log {log_file}")
-        server.wait_ready(timeout, models=[m.name for m in models])
-        console.print(
-            f"ready in {time.perf_counter() - started:.1f} s: {', '.join(f'{m.name} (version {m.version})' for m in models)}"
+        serving = serve(
+            repository, list(model or []), keep=keep, log_file=log_file, http_port=http_port or None,
+            grpc_port=grpc_port or None, metrics_port=metrics_port or None, timeout=timeout,
+            on_started=lambda server: console.print(
+                f"tritonserver pid {server.pid}: {server.http_url} (HTTP), {server.grpc_url} (gRPC); "
+                f"log {server.log_file}"),
         )
+        server = serving.server
+        console.print(f"ready in {serving.ready_seconds:.1f} s: "
+                      + ", ".join(f"{m.name} (version {m.version})" for m in serving.models))
         passed = True
         failed_requests = False
-        for served in models:
-            checks = check_served_model(server, served, requests, on_check=lambda c: console.print(_check_line(c)))
-            stats = model_statistics(server.http_url, served.name)
+        for served in serving.models:
+            checks = serving.check(served, requests, on_check=lambda c: console.print(_check_line(c)))
+            stats = serving.statistics(served)
             console.print(
                 f"{served.name}: {stats.inference_count} inferences in {stats.execution_count} executions"
             )

@@ -14,11 +14,14 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import AotiDeployError
 from ..serve.kubernetes import DEFAULT_IMAGE, DEFAULT_MEMORY
 from .common import console, exit_with
 
 app = typer.Typer(add_completion=False, rich_markup_mode="rich")
+
+# The API's usage error for manifest settings without manifests, in this command's flags.
+KUBERNETES_ONLY = ("--image, --replicas, --cpu-limit, --memory, --claim, --kserve and --storage-uri are for the "
+                   "manifests: pass --kubernetes DIR")
 
 
 def _dims(dims: tuple[int, ...], batched: bool) -> str:
@@ -176,37 +179,20 @@ def triton_repository(
     ] = None,
 ) -> None:
     try:
-        from ..serve.kubernetes import KubernetesSettings, kubernetes_budget, kubernetes_manifests, write_manifests
-        from ..serve.triton_repository import default_model_name, write_repository
+        from ..api import deploy_to_triton
+        from ..serve.kubernetes import KubernetesSettings
 
-        model_name = name if name is not None else default_model_name(package)
         settings = KubernetesSettings(image=image, replicas=replicas, memory=memory, claim=claim, kserve=kserve,
                                       storage_uri=storage_uri, cpu_limit=cpu_limit)
-        if kubernetes is None and settings != KubernetesSettings():
-            raise AotiDeployError("--image, --replicas, --cpu-limit, --memory, --claim, --kserve and --storage-uri "
-                                  "are for the manifests: pass --kubernetes DIR", kind="usage")
-        # Checked before the repository is written, so a bad option writes nothing.
-        budget = kubernetes_budget(repository, model_name, instances=instances, intra_op_threads=intra_op_threads,
-                                   settings=settings) if kubernetes is not None else None
-        written = write_repository(
-            package,
-            repository,
-            name=model_name,
-            version=version,
-            keep_versions=keep_versions,
-            version_policy=version_policy,
-            instances=instances,
-            dynamic_batching=dynamic_batching,
-            max_queue_delay_us=max_queue_delay_us,
-            op_libraries=list(op_lib or []),
-            sign_key=sign_key,
-            intra_op_threads=intra_op_threads,
-            trusted_key=trusted_key,
+        deployment = deploy_to_triton(
+            package, repository, name, kubernetes=kubernetes, kubernetes_settings=settings, version=version,
+            keep_versions=keep_versions, version_policy=version_policy, instances=instances,
+            dynamic_batching=dynamic_batching, max_queue_delay_us=max_queue_delay_us, op_libraries=list(op_lib or []),
+            sign_key=sign_key, intra_op_threads=intra_op_threads, trusted_key=trusted_key,
         )
-        manifests = kubernetes_manifests(written, budget, settings) if budget is not None else None
-        manifest_paths = write_manifests(manifests, kubernetes) if manifests is not None else []
+        written, manifests = deployment.model, deployment.manifests
     except Exception as error:  # typed errors keep their code; anything else exits 2
-        exit_with(error)
+        exit_with(error, {"kubernetes_settings are for the manifests: pass kubernetes=DIR": KUBERNETES_ONLY})
 
     config = written.config
     table = Table(title=f"Triton model {written.name}, version {written.version}")
@@ -238,7 +224,7 @@ def triton_repository(
     for warning in written.warnings:
         console.print(Text.assemble(("warning: ", "bold yellow"), warning))
     if manifests is not None:
-        console.print(f"wrote {', '.join(str(path) for path in manifest_paths)}")
+        console.print(f"wrote {', '.join(str(path) for path in deployment.manifest_paths)}")
         for note in manifests.notes:
             console.print(f"  {note}")
         console.print(f"apply them: kubectl apply -f {shlex.quote(str(kubernetes))}")
