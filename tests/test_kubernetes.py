@@ -339,7 +339,7 @@ def test_a_fractional_quota_rounds_up_as_the_backend_does(tmp_path: Path) -> Non
 
 def test_cli_writes_the_manifests_beside_the_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                        kubernetes_validate: Any) -> None:
-    from aoti_deploy.serve import triton_repository
+    from aoti_deploy.serve import deployment as deployment_stage
 
     calls = []
 
@@ -347,7 +347,7 @@ def test_cli_writes_the_manifests_beside_the_repository(tmp_path: Path, monkeypa
         calls.append(options)
         return written_model(Path(repository), instances=options["instances"])
 
-    monkeypatch.setattr(triton_repository, "write_repository", fake_write_repository)
+    monkeypatch.setattr(deployment_stage, "write_repository", fake_write_repository)
     (tmp_path / "model.pt2").write_bytes(b"")
     result = CliRunner().invoke(cli_app, [
         "triton-repository", str(tmp_path / "model.pt2"), "--repository", str(tmp_path / "models"),
@@ -372,12 +372,12 @@ def test_cli_writes_the_manifests_beside_the_repository(tmp_path: Path, monkeypa
 ])
 def test_cli_refuses_bad_kubernetes_options_before_writing_anything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                     args: list[str], message: str) -> None:
-    from aoti_deploy.serve import triton_repository
+    from aoti_deploy.serve import deployment
 
     def no_write(*_: Any, **__: Any) -> None:
         raise AssertionError("the repository was written despite a bad option")
 
-    monkeypatch.setattr(triton_repository, "write_repository", no_write)
+    monkeypatch.setattr(deployment, "write_repository", no_write)
     (tmp_path / "model.pt2").write_bytes(b"")
     manifests = [] if "--no-manifests" in args else ["--kubernetes", str(tmp_path / "k8s")]
     result = CliRunner().invoke(cli_app, ["triton-repository", str(tmp_path / "model.pt2"), "--repository",
@@ -389,17 +389,17 @@ def test_cli_refuses_bad_kubernetes_options_before_writing_anything(tmp_path: Pa
 
 def test_package_to_triton_writes_the_manifests_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import aoti_deploy as ad
-    from aoti_deploy.serve import triton_repository
+    from aoti_deploy.serve import deployment
 
-    monkeypatch.setattr(triton_repository, "write_repository", lambda package, repository, **options: written_model(
+    monkeypatch.setattr(deployment, "write_repository", lambda package, repository, **options: written_model(
         Path(repository), instances=options["instances"]))
     package = ad.Package(tmp_path / "model.pt2", None)
     folder = package.to_triton(tmp_path / "models", "identity_conv", instances=3, kubernetes=tmp_path / "k8s",
                                kubernetes_settings=ad.KubernetesSettings(replicas=4))
     assert folder == tmp_path / "models" / "identity_conv"
-    deployment = yaml.safe_load((tmp_path / "k8s" / "deployment.yaml").read_text())
-    assert deployment["spec"]["replicas"] == 4
-    assert deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "4"
+    manifest = yaml.safe_load((tmp_path / "k8s" / "deployment.yaml").read_text())
+    assert manifest["spec"]["replicas"] == 4
+    assert manifest["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "4"
     with pytest.raises(AotiDeployError, match="--replicas must be at least 1"):
         package.to_triton(tmp_path / "models", kubernetes=tmp_path / "k8s",
                           kubernetes_settings=ad.KubernetesSettings(replicas=0))
