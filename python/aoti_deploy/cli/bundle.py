@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ..package.bundle import SIGNATURE_NAME, file_digests, read_layout
 from ..package.bundle_writer import write_bundle
-from .common import console, exit_with
+from .common import console, exit_with, option
 
 app = typer.Typer(add_completion=False, rich_markup_mode="rich")
 
@@ -62,13 +62,10 @@ def bundle(
             "$AOTI_DEPLOY_BUILD_DIR or this checkout's build/; any other recorded library must be given.",
         ),
     ] = None,
-    sign_key: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="Sign the bundle with this PEM EC private key (P-256, P-384 or P-521) into model.sig.",
-            show_default=False,
-        ),
-    ] = None,
+    sign_key: Annotated[Optional[Path], option(
+        "Sign the bundle with this PEM EC private key (P-256, P-384 or P-521) into model.sig.",
+        show_default=False,
+    )] = None,
 ) -> None:
     try:
         written = write_bundle(package, list(op_lib or []), output, sign_key)

@@ -61,6 +61,11 @@ err_console = Console(stderr=True, highlight=False, markup=False, soft_wrap=True
 
 # Options shared by the CLIs that drive both runtimes.
 # Both default to this checkout's build, from any folder (see locate.py).
+def option(help: str, *param_decls: str, panel: str | None = None, **kwargs: Any) -> Any:
+    """A typer option with its help, in ``panel`` of --help (default: Options)."""
+    return typer.Option(*param_decls, help=help, rich_help_panel=panel, **kwargs)
+
+
 RunnerOption = Annotated[
     Optional[Path],
     typer.Option(

@@ -26,16 +26,8 @@ from ..runtime.tensor_files import REFERENCE_EAGER, REFERENCE_FILES, REFERENCE_I
 from ..verify.tolerance import FAILED, list_verdict, verdict_line
 from .parsing import parse_dynamic_dim, parse_inductor_configs, parse_input_values, parse_model_args, parse_shape
 from .common import (
-    AtolOption,
-    BitwiseOption,
-    FakeModuleOption,
-    MaxUlpOption,
-    RtolOption,
-    console,
-    exit_with,
-    put_working_folder_on_path,
-    step_progress,
-    tolerance_override,
+    AtolOption, BitwiseOption, FakeModuleOption, MaxUlpOption, RtolOption, console, exit_with, option,
+    put_working_folder_on_path, step_progress, tolerance_override,
 )
 
 app = typer.Typer(add_completion=False, rich_markup_mode="rich")
@@ -75,11 +67,6 @@ def _parse_range(flag: str, value: str) -> tuple[int, int]:
 def _check_range(param: typer.CallbackParam, value: str) -> str:
     _parse_range("--" + (param.name or "").replace("_", "-"), value)
     return value
-
-
-def _option(panel: str, help: str) -> Any:
-    """An option shown in ``panel`` of --help."""
-    return typer.Option(help=help, rich_help_panel=panel)
 
 
 MODEL_PANEL = "Your own model (--model)"
@@ -130,29 +117,29 @@ def export_compile(
             case_sensitive=False,
         ),
     ] = Format.pt2,
-    onnx_mode: Annotated[OnnxMode, _option(
-        ONNX_PANEL, "portable: custom ops become standard ONNX ops (their registered translations). "
+    onnx_mode: Annotated[OnnxMode, option(
+        panel=ONNX_PANEL, help="portable: custom ops become standard ONNX ops (their registered translations). "
         "custom-domain: custom ops become nodes of their namespace's ONNX domain."
     )] = OnnxMode.portable,
-    model: Annotated[Optional[str], _option(
-        MODEL_PANEL, "Your model's factory, package.module:function, imported from the current folder "
+    model: Annotated[Optional[str], option(
+        panel=MODEL_PANEL, help="Your model's factory, package.module:function, imported from the current folder "
         "or the environment. It returns an nn.Module, or (module, example_inputs)."
     )] = None,
-    model_arg: Annotated[Optional[List[str]], _option(
-        MODEL_PANEL, "KEY=VALUE keyword argument for the factory (repeatable); VALUE is read as a "
+    model_arg: Annotated[Optional[List[str]], option(
+        panel=MODEL_PANEL, help="KEY=VALUE keyword argument for the factory (repeatable); VALUE is read as a "
         "Python literal when it is one, else as text."
     )] = None,
-    input_shape: Annotated[Optional[List[str]], _option(
-        MODEL_PANEL, "Shape of one example input, e.g. 1,3,224,224 (repeat once per forward argument, "
+    input_shape: Annotated[Optional[List[str]], option(
+        panel=MODEL_PANEL, help="Shape of one example input, e.g. 1,3,224,224 (repeat once per forward argument, "
         "in order). Inputs are seeded random of --dtype. Not needed if the factory returns inputs."
     )] = None,
-    dynamic_dim: Annotated[Optional[List[str]], _option(
-        MODEL_PANEL, "A dim that may vary at run time: INPUT.DIM=MIN:MAX, e.g. 0.0=1:64 (input 0, dim 0); "
+    dynamic_dim: Annotated[Optional[List[str]], option(
+        panel=MODEL_PANEL, help="A dim that may vary at run time: INPUT.DIM=MIN:MAX, e.g. 0.0=1:64 (input 0, dim 0); "
         "MIN: with no MAX (0.0=1:) has no upper bound. "
         "Positions that must share one size go together: 0.0,1.0=1:64. Repeatable."
     )] = None,
-    input_values: Annotated[Optional[List[str]], _option(
-        MODEL_PANEL, "The values an integer input may hold: INPUT=MIN:MAX, e.g. 0=0:999 (input 0, ids 0 to 999). "
+    input_values: Annotated[Optional[List[str]], option(
+        panel=MODEL_PANEL, help="The values an integer input may hold: INPUT=MIN:MAX, e.g. 0=0:999 (input 0, ids 0 to 999). "
         "Export records the range of an input that indexes a tensor itself; give it where an id is "
         "computed before it indexes. The runners refuse values outside it. Repeatable."
     )] = None,
@@ -165,13 +152,13 @@ def export_compile(
             "is checked against eager as always. Repeatable.",
         ),
     ] = None,
-    save_reference: Annotated[Optional[Path], _option(
-        MODEL_PANEL, f"Write the example inputs ({REFERENCE_INPUTS}), the package's outputs for them "
+    save_reference: Annotated[Optional[Path], option(
+        panel=MODEL_PANEL, help=f"Write the example inputs ({REFERENCE_INPUTS}), the package's outputs for them "
         f"({REFERENCE_OUTPUTS}) and eager's ({REFERENCE_EAGER}) to this folder, for the runners' --inputs, "
         "--expected and --eager-reference."
     )] = None,
-    allow_python_ops: Annotated[bool, _option(
-        MODEL_PANEL, "Write the package even if the graph calls ops only Python can run. It is marked "
+    allow_python_ops: Annotated[bool, option(
+        panel=MODEL_PANEL, help="Write the package even if the graph calls ops only Python can run. It is marked "
         "Python-only, and the C++ runner refuses it."
     )] = False,
     bitwise: BitwiseOption = False,
@@ -217,8 +204,8 @@ def export_compile(
             "$AOTI_DEPLOY_BUILD_DIR or this checkout's build/.",
         ),
     ] = None,
-    dynamic: Annotated[str, _option(
-        IDENTITY_PANEL, "Comma-separated dims that may vary at run time: any of batch, height, width. "
+    dynamic: Annotated[str, option(
+        panel=IDENTITY_PANEL, help="Comma-separated dims that may vary at run time: any of batch, height, width. "
         "The package then accepts any size in the dim's range."
     )] = "",
     batch_range: Annotated[
@@ -233,8 +220,8 @@ def export_compile(
         str,
         typer.Option(help="MIN:MAX of a dynamic width.", callback=_check_range, rich_help_panel=IDENTITY_PANEL),
     ] = "{}:{}".format(*DEFAULT_RANGES["width"]),
-    variant: Annotated[Variant, _option(
-        IDENTITY_PANEL, "Layer 3 of the model: functional (identity_conv_op returns a new tensor) or out "
+    variant: Annotated[Variant, option(
+        panel=IDENTITY_PANEL, help="Layer 3 of the model: functional (identity_conv_op returns a new tensor) or out "
         "(the mutable identity_conv_op_out writes a preallocated one)."
     )] = Variant.functional,
     optimize: Annotated[
@@ -265,25 +252,17 @@ def export_compile(
         ),
     ] = False,
     show_graph: Annotated[bool, typer.Option(help="Print the exported graph.")] = True,
-    bundle: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="Also write a deploy bundle to this folder once the package is written and verified: "
-            "model.pt2 and the op libraries it records (see aoti-deploy bundle).",
-            rich_help_panel=BUNDLE_PANEL,
-            show_default=False,
-        ),
-    ] = None,
-    sign_key: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="Sign the --bundle with this PEM EC private key (P-256, P-384 or P-521); make one with "
-            "openssl ecparam -name prime256v1 -genkey -noout -out key.pem, and its public key for the "
-            "runners' --trusted-key with openssl ec -in key.pem -pubout -out key.pub.",
-            rich_help_panel=BUNDLE_PANEL,
-            show_default=False,
-        ),
-    ] = None,
+    bundle: Annotated[Optional[Path], option(
+        "Also write a deploy bundle to this folder once the package is written and verified: "
+        "model.pt2 and the op libraries it records (see aoti-deploy bundle).",
+        panel=BUNDLE_PANEL, show_default=False,
+    )] = None,
+    sign_key: Annotated[Optional[Path], option(
+        "Sign the --bundle with this PEM EC private key (P-256, P-384 or P-521); make one with "
+        "openssl ecparam -name prime256v1 -genkey -noout -out key.pem, and its public key for the "
+        "runners' --trusted-key with openssl ec -in key.pem -pubout -out key.pub.",
+        panel=BUNDLE_PANEL, show_default=False,
+    )] = None,
 ) -> None:
     put_working_folder_on_path()
     try:

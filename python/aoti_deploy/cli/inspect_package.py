@@ -16,7 +16,7 @@ from rich.table import Table
 from ..package.bundle import is_bundle, read_layout
 from ..package.bundle_report import BundleReport, describe_bundle
 from ..runtime.trust import FLAG_SOURCE, TrustPolicy, open_model
-from .common import console, exit_with, read_spec
+from .common import console, exit_with, option, read_spec
 
 app = typer.Typer(add_completion=False)
 
@@ -41,13 +41,10 @@ def inspect_package(
         Path, typer.Argument(help="The .pt2 package, a bundle folder, or an .onnx file written by export_compile onnx.")
     ] = Path("artifacts/model.pt2"),
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
-    trusted_key: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="Verify the bundle with this PEM EC public key (as the runners do) before showing it.",
-            show_default=False,
-        ),
-    ] = None,
+    trusted_key: Annotated[Optional[Path], option(
+        "Verify the bundle with this PEM EC public key (as the runners do) before showing it.",
+        show_default=False,
+    )] = None,
 ) -> None:
     report: BundleReport | None = None
     status = None

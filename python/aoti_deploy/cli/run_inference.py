@@ -14,19 +14,8 @@ import typer
 
 from ..errors import EXIT_MISMATCH, InputError, VerificationError
 from .common import (
-    AtolOption,
-    BitwiseOption,
-    FakeModuleOption,
-    MaxUlpOption,
-    RtolOption,
-    console,
-    exit_with,
-    held_stderr,
-    print_check,
-    put_working_folder_on_path,
-    run_without_teardown,
-    tolerance_override,
-    verdict,
+    AtolOption, BitwiseOption, FakeModuleOption, MaxUlpOption, RtolOption, console, exit_with, held_stderr,
+    option, print_check, put_working_folder_on_path, run_without_teardown, tolerance_override, verdict,
 )
 
 app = typer.Typer(add_completion=False, rich_markup_mode="rich")
@@ -107,14 +96,11 @@ def run_inference(
             "package: any shape in its ranges. Default: the shapes it was verified at. Not with --inputs.",
         ),
     ] = None,
-    trusted_key: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="Run only bundles signed by this key (a PEM EC public key, e.g. from openssl ec -in key.pem "
-            "-pubout -out key.pub), verified before anything loads. Default: $AOTI_DEPLOY_TRUSTED_KEY.",
-            show_default=False,
-        ),
-    ] = None,
+    trusted_key: Annotated[Optional[Path], option(
+        "Run only bundles signed by this key (a PEM EC public key, e.g. from openssl ec -in key.pem "
+        "-pubout -out key.pub), verified before anything loads. Default: $AOTI_DEPLOY_TRUSTED_KEY.",
+        show_default=False,
+    )] = None,
     require_signature: Annotated[
         bool,
         typer.Option("--require-signature", help="Refuse unsigned bundles and bare packages.", show_default=False),

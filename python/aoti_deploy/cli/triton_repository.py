@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..serve.kubernetes import DEFAULT_IMAGE, DEFAULT_MEMORY
-from .common import console, exit_with
+from .common import console, exit_with, option
 
 app = typer.Typer(add_completion=False, rich_markup_mode="rich")
 
@@ -87,14 +87,11 @@ def triton_repository(
         typer.Option(help="The model repository folder (made if missing; other models in it are kept).",
                      show_default=False),
     ],
-    name: Annotated[
-        Optional[str],
-        typer.Option(
-            help="The model name, its folder in the repository: letters, digits, '_', '.', '-'. "
-            "Default: the package file's stem (model.pt2: model) or the bundle folder's name.",
-            show_default=False,
-        ),
-    ] = None,
+    name: Annotated[Optional[str], option(
+        "The model name, its folder in the repository: letters, digits, '_', '.', '-'. "
+        "Default: the package file's stem (model.pt2: model) or the bundle folder's name.",
+        show_default=False,
+    )] = None,
     version: Annotated[
         Optional[int],
         typer.Option("--version", min=1, show_default=False,
@@ -142,15 +139,12 @@ def triton_repository(
         typer.Option(help="Sign the bundle with this PEM EC private key into model.sig (needs the sign extra).",
                      show_default=False),
     ] = None,
-    trusted_key: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="A PEM EC public key: the config names it (as an absolute path) and the backend loads the bundle "
-            "only if its signature verifies with it. Without --sign-key the bundle is unsigned and the backend "
-            "will refuse it (a warning says so).",
-            show_default=False,
-        ),
-    ] = None,
+    trusted_key: Annotated[Optional[Path], option(
+        "A PEM EC public key: the config names it (as an absolute path) and the backend loads the bundle "
+        "only if its signature verifies with it. Without --sign-key the bundle is unsigned and the backend "
+        "will refuse it (a warning says so).",
+        show_default=False,
+    )] = None,
     kubernetes: Annotated[
         Optional[Path],
         typer.Option(help="Also write Kubernetes manifests for the repository into this folder.", show_default=False),
