@@ -6,6 +6,7 @@ package was imported from. A path set in the environment is honoured or is an er
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from .errors import AotiDeployError, OpLibraryError
@@ -56,14 +57,10 @@ def op_library_path(path: str | os.PathLike[str] | None = None) -> Path:
                 "or unset it to use this checkout's build folder."
             )
         return Path(value)
-    folder, origin = build_dir()
-    candidate = folder / LIBRARY_NAME
-    if not candidate.is_file():
-        raise OpLibraryError(
-            f"could not find the op library {LIBRARY_NAME} in {folder} ({origin}). Build it with "
-            f"./scripts/setup.sh, or pass its path (--op-lib PATH, or set {LIBRARY_ENV_VAR})."
-        )
-    return candidate
+    return _built_file(LIBRARY_NAME, lambda folder, origin: OpLibraryError(
+        f"could not find the op library {LIBRARY_NAME} in {folder} ({origin}). Build it with "
+        f"./scripts/setup.sh, or pass its path (--op-lib PATH, or set {LIBRARY_ENV_VAR})."
+    ))
 
 
 def runner_path(path: str | os.PathLike[str] | None = None) -> Path:
@@ -76,13 +73,17 @@ def runner_path(path: str | os.PathLike[str] | None = None) -> Path:
         if not Path(path).is_file():
             raise AotiDeployError(f"C++ runner not found: {path} (given with --runner).")
         return Path(path)
+    return _built_file(RUNNER_NAME, lambda folder, origin: AotiDeployError(
+        f"C++ runner not found: {folder / RUNNER_NAME} ({origin}). Build it with ./scripts/setup.sh, or pass --runner."
+    ))
+
+
+def _built_file(name: str, missing: Callable[[Path, str], Exception]) -> Path:
+    """``name`` in ``build_dir()``; ``missing(folder, origin)`` raised when it is not there."""
     folder, origin = build_dir()
-    candidate = folder / RUNNER_NAME
-    if not candidate.is_file():
-        raise AotiDeployError(
-            f"C++ runner not found: {candidate} ({origin}). Build it with ./scripts/setup.sh, or pass --runner."
-        )
-    return candidate
+    if not (folder / name).is_file():
+        raise missing(folder, origin)
+    return folder / name
 
 
 def triton_backends_dir() -> tuple[Path, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..errors import InputError
 from ..models.user import DynamicDim
@@ -85,28 +85,24 @@ def parse_shape(text: str) -> tuple[int, ...]:
 def parse_model_args(pairs: Sequence[str]) -> dict[str, object]:
     """``["channels=8", "name=a"]`` -> ``{"channels": 8, "name": "a"}``. A value is read
     as a Python literal (number, bool, None, tuple, ...) when it is one, else as text."""
-    kwargs: dict[str, object] = {}
-    for pair in pairs:
-        key, eq, value = pair.partition("=")
-        if not eq or not key.isidentifier():
-            raise InputError(f"--model-arg {pair!r}: expected KEY=VALUE with KEY a Python identifier")
-        try:
-            kwargs[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            kwargs[key] = value
-    return kwargs
+    return _literal_pairs(pairs, "--model-arg", str.isidentifier, "KEY=VALUE with KEY a Python identifier")
 
 
 def parse_inductor_configs(pairs: Sequence[str]) -> dict[str, object]:
     """``["freezing=True", "cpp.threads=2"]`` -> ``{"freezing": True, "cpp.threads": 2}``:
     each value read as a Python literal when it is one, else as text."""
-    configs: dict[str, object] = {}
+    return _literal_pairs(pairs, "--inductor-config", bool, "KEY=VALUE, e.g. freezing=True")
+
+
+def _literal_pairs(pairs: Sequence[str], flag: str, valid_key: Callable[[str], bool],
+                   expected: str) -> dict[str, object]:
+    values: dict[str, object] = {}
     for pair in pairs:
         key, eq, value = pair.partition("=")
-        if not eq or not key:
-            raise InputError(f"--inductor-config {pair!r}: expected KEY=VALUE, e.g. freezing=True")
+        if not eq or not valid_key(key):
+            raise InputError(f"{flag} {pair!r}: expected {expected}")
         try:
-            configs[key] = ast.literal_eval(value)
+            values[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
-            configs[key] = value
-    return configs
+            values[key] = value
+    return values
