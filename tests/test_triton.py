@@ -28,7 +28,7 @@ from aoti_deploy.runtime.tensor_files import save_tensors
 from aoti_deploy.verify.bits import bit_view
 from aoti_deploy.verify.special_values import special_values
 
-from conftest import Build, CompiledPackage, _export, edit_spec, rewrite_metadata, run_cmd, skip_or_fail_without_triton
+from conftest import Build, CompiledPackage, _export, edit_spec, require_triton_server, rewrite_metadata, run_cmd
 from test_hostile_files import ESCAPE_NAME as HOSTILE_ESCAPE
 from test_hostile_files import PACKAGE_CASES as HOSTILE_PACKAGES
 from test_hostile_files import rewrite_zip
@@ -77,11 +77,7 @@ def _openssl(*args: object) -> None:
 def served(tmp_path_factory: pytest.TempPathFactory, build: Build, compiled_package: CompiledPackage,
            parity_matrix) -> Served:
     """The repository and the one tritonserver of the session."""
-    try:
-        triton_server.tritonserver_binary()
-        triton_server.require_triton_client()
-    except triton_server.TritonUnavailableError as error:
-        skip_or_fail_without_triton(str(error))
+    require_triton_server()
     work = tmp_path_factory.mktemp("triton")
     repository = work / "repository"
     matrix_dir, _ = parity_matrix

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import Build, CompiledPackage, edit_spec, run_cli, skip_or_fail_without_triton
+from conftest import Build, CompiledPackage, edit_spec, require_triton_server, run_cli
 from aoti_deploy.cli.main import app as cli_app
 from aoti_deploy.errors import AotiDeployError, PackageError
 from aoti_deploy.package import bundle as bundle_module
@@ -622,22 +622,9 @@ def test_tensors_cross_numpy_with_their_bits(dtype: str):
 # --- a real tritonserver ------------------------------------------------------------------
 
 
-def tritonserver_module():
-    """serve.triton_server, once the triton extra (pytriton's server, tritonclient) is
-    known to be installed; else the test is skipped, saying how to install it."""
-    from aoti_deploy.serve import triton_server
-
-    try:
-        triton_server.tritonserver_binary()
-        triton_server.require_triton_client()
-    except triton_server.TritonUnavailableError as error:
-        skip_or_fail_without_triton(str(error))
-    return triton_server
-
-
 @pytest.mark.triton
 def test_server_starts_and_stops_by_pid(tmp_path: Path):
-    triton_server = tritonserver_module()
+    triton_server = require_triton_server()
     repository = tmp_path / "empty_repository"
     repository.mkdir()
     log = tmp_path / "tritonserver.log"
@@ -658,7 +645,7 @@ def test_server_starts_and_stops_by_pid(tmp_path: Path):
 
 @pytest.mark.triton
 def test_a_server_that_exits_fails_fast_with_its_log(tmp_path: Path):
-    triton_server = tritonserver_module()
+    triton_server = require_triton_server()
     server = triton_server.TritonServer().start(tmp_path, backend_dir=tmp_path, log_file=tmp_path / "log",
                                                 extra_args=["--no-such-flag"])
     try:
@@ -676,7 +663,7 @@ def test_serve_triton_checks_a_repository_end_to_end(compiled_package: CompiledP
     """aoti-deploy serve as a user runs it (a subprocess: it loads the bundle's op library for
     its Python reference): the suite's package served and bit-checked, then stopped; a
     model that cannot load is exit 2 with Triton's reason."""
-    tritonserver_module()
+    require_triton_server()
     repository = tmp_path / "repository"
     write_repository(compiled_package.path, repository, name="demo", op_libraries=[build.op_library])
     # The same package with names in its spec: served, and checked, by those names.

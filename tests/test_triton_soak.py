@@ -23,7 +23,7 @@ from aoti_deploy.serve.soak import soak_cycles, unload_and_wait
 from aoti_deploy.serve.triton_repository import ServedModel, read_repository, write_repository
 from aoti_deploy.verify.bits import bit_view
 
-from conftest import Build, CompiledPackage, PACKAGE_SHAPE, skip_or_fail_without_triton
+from conftest import Build, CompiledPackage, PACKAGE_SHAPE, require_triton_server
 
 pytestmark = pytest.mark.triton
 
@@ -64,11 +64,7 @@ def add_parameters(model_dir: Path, parameters: dict[str, str]) -> None:
 @pytest.fixture(scope="module")
 def soak_server(tmp_path_factory: pytest.TempPathFactory, build: Build,
                 compiled_package: CompiledPackage) -> SoakServer:
-    try:
-        triton_server.tritonserver_binary()
-        triton_server.require_triton_client()
-    except triton_server.TritonUnavailableError as error:
-        skip_or_fail_without_triton(str(error))
+    require_triton_server()
     work = tmp_path_factory.mktemp("triton_soak")
     repository = work / "repository"
     for name in (SOAKED, STEADY, SLOW):
