@@ -535,34 +535,26 @@ def test_cli_writes_and_summarises(compiled_package: CompiledPackage, op_library
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    "package, args, message",
     [
-        (["--name", "bad/name"], "invalid model name 'bad/name'"),
-        (["--name", ".hidden"], "invalid model name '.hidden'"),
-        (["--version", "0"], "Invalid value for '--version'"),
-        (["--version", "two"], "Invalid value for '--version'"),
-        (["--instances", "0"], "Invalid value for '--instances'"),
+        ("suite", ["--name", "bad/name"], "invalid model name 'bad/name'"),
+        ("suite", ["--name", ".hidden"], "invalid model name '.hidden'"),
+        ("suite", ["--version", "0"], "Invalid value for '--version'"),
+        ("suite", ["--version", "two"], "Invalid value for '--version'"),
+        ("suite", ["--instances", "0"], "Invalid value for '--instances'"),
+        ("missing", [], "error: package not found"),
+        ("empty", [], "package is empty"),
     ],
 )
-def test_cli_bad_options_exit_2(compiled_package: CompiledPackage, tmp_path: Path, args, message):
-
-    result = runner.invoke(cli_app, ["triton-repository", str(compiled_package.path), "--repository", str(tmp_path / "r"),
+def test_cli_bad_options_and_packages_exit_2_and_write_nothing(compiled_package: CompiledPackage, tmp_path: Path,
+                                                               package: str, args: list[str], message: str):
+    (tmp_path / "empty.pt2").write_bytes(b"")
+    path = {"suite": compiled_package.path, "missing": tmp_path / "missing.pt2", "empty": tmp_path / "empty.pt2"}
+    result = runner.invoke(cli_app, ["triton-repository", str(path[package]), "--repository", str(tmp_path / "r"),
                                      *args])
-    assert result.exit_code == 2
+    assert result.exit_code == 2, result.output
     assert message in result.output
     assert not (tmp_path / "r").exists()
-
-
-def test_cli_bad_package_exit_2(tmp_path: Path):
-
-    result = runner.invoke(cli_app, ["triton-repository", str(tmp_path / "missing.pt2"), "--repository",
-                                     str(tmp_path / "r")])
-    assert result.exit_code == 2
-    assert "error: package not found" in result.output
-    empty = tmp_path / "empty.pt2"
-    empty.write_bytes(b"")
-    result = runner.invoke(cli_app, ["triton-repository", str(empty), "--repository", str(tmp_path / "r")])
-    assert result.exit_code == 2 and "package is empty" in result.output
 
 
 # --- aoti-deploy serve without a server ------------------------------------------------
