@@ -56,6 +56,20 @@ def skip_or_fail_without_triton(reason: str) -> None:
     pytest.skip(reason)
 
 
+def require_triton_server():
+    """serve.triton_server, once the triton extra (pytriton's tritonserver, tritonclient)
+    is known to be installed; else a skip that says how to install it, or a failure
+    under AOTI_DEPLOY_REQUIRE_TRITON=1."""
+    from aoti_deploy.serve import triton_install, triton_server
+
+    try:
+        triton_install.tritonserver_binary()
+        triton_install.require_triton_client()
+    except triton_install.TritonUnavailableError as error:
+        skip_or_fail_without_triton(str(error))
+    return triton_server
+
+
 def require_transformers() -> None:
     """Skip without the hf extra, or fail where ./scripts/test.sh asks for it
     (AOTI_DEPLOY_REQUIRE_HF=1): CI must not pass by skipping the model zoo."""

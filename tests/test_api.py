@@ -24,6 +24,7 @@ from conftest import REPO_ROOT, Build, QuickstartRun
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 from examples.api_quickstart import Scorer, example_call  # noqa: E402
+from examples.python_op_model import PythonOpModel  # noqa: E402
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -195,20 +196,12 @@ def test_a_scalar_output_is_refused_before_the_compile(tmp_path: Path) -> None:
 
 
 def test_python_only_ops_are_refused_with_the_fix(tmp_path: Path) -> None:
-    @torch.library.custom_op("api_test::double", mutates_args=())
-    def double(x: torch.Tensor) -> torch.Tensor:
-        return x * 2
-
-    @double.register_fake
-    def _(x: torch.Tensor) -> torch.Tensor:
-        return torch.empty_like(x)
-
-    class UsesPythonOp(nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return double(x) + 1
-
-    with pytest.raises(ad.ExportError, match="C\\+\\+ runtime cannot run.*allow_python_ops=True"):
-        ad.export(UsesPythonOp(), (torch.randn(2, 2),), package_path=tmp_path / "py.pt2")
+    """The example's op exists only in Python (torch.library.custom_op): the C++
+    runtime could not run it, so the API refuses it and names the option."""
+    with pytest.raises(ad.ExportError, match="calls python_only_example::double, which the C\\+\\+ runtime cannot run"
+                       ".*allow_python_ops=True"):
+        ad.export(PythonOpModel(), (torch.randn(2, 2),), package_path=tmp_path / "py.pt2")
+    assert not (tmp_path / "py.pt2").exists()
 
 
 @pytest.mark.parametrize(("args", "kwargs", "message"), [

@@ -311,6 +311,18 @@ def test_a_tensor_check_finds_the_value_the_vector_names():
         assert str(error.value) == vector["message"], vector["name"]
 
 
+def _assert_cpp_reads_it_as_written(build, tmp_path, spec):
+    """The C++ reader (contract_vectors spec) reads the document the Python writer
+    wrote for ``spec`` (to_metadata) as the Python side's own document of it."""
+    vectors = tmp_path / "written.json"
+    vectors.write_text(json.dumps({"vectors": [{"name": "written", "metadata": spec.to_metadata()}]}))
+    result = subprocess.run([build.dir / "contract_vectors", "spec", vectors], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    document = spec.to_document()
+    document.pop("verified")
+    assert json.loads(result.stdout)["written"] == {"ok": document}
+
+
 def test_python_written_document_parses_the_same_in_cpp(build, tmp_path):
     """A document written by the Python writer (to_metadata) reads back alike in both."""
     from aoti_deploy.package.spec import DimSpec, TensorSpec
@@ -322,13 +334,7 @@ def test_python_written_document_parses_the_same_in_cpp(build, tmp_path):
         example_shapes=[(2, 3), ()],
         torch_version="2.13.0",
     )
-    vectors = tmp_path / "written.json"
-    vectors.write_text(json.dumps({"vectors": [{"name": "written", "metadata": spec.to_metadata()}]}))
-    result = subprocess.run([build.dir / "contract_vectors", "spec", vectors], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    document = spec.to_document()
-    document.pop("verified")
-    assert json.loads(result.stdout)["written"] == {"ok": document}
+    _assert_cpp_reads_it_as_written(build, tmp_path, spec)
 
 
 def test_an_unbounded_dim_is_written_as_null_in_schema_3_and_reads_alike_in_cpp(build, tmp_path):
@@ -347,13 +353,7 @@ def test_an_unbounded_dim_is_written_as_null_in_schema_3_and_reads_alike_in_cpp(
     assert written["schema_version"] == 3
     assert written["inputs"][0]["dims"] == [{"min": 1, "max": None}, {"min": 3, "max": 3}]
     assert written["outputs"][0]["dims"][0] == {"min": 2, "max": None}
-    vectors = tmp_path / "written.json"
-    vectors.write_text(json.dumps({"vectors": [{"name": "written", "metadata": spec.to_metadata()}]}))
-    result = subprocess.run([build.dir / "contract_vectors", "spec", vectors], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    document = spec.to_document()
-    document.pop("verified")
-    assert json.loads(result.stdout)["written"] == {"ok": document}
+    _assert_cpp_reads_it_as_written(build, tmp_path, spec)
     assert PackageSpec.from_metadata(spec.to_metadata()).inputs == spec.inputs
 
 

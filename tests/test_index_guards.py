@@ -80,6 +80,22 @@ def _assert_both_give_eagers_bits(model: torch.nn.Module, inputs: list[torch.Ten
     assert _same_bits(torch.load(tmp_path / "cpp.pt"), eager)
 
 
+def _assert_both_fail_with_one_line(model: torch.nn.Module, inputs: list[torch.Tensor], package: UserPackage,
+                                    build: Build, tmp_path: Path, words: str) -> list[object]:
+    """Eager refuses ``inputs`` too; both runners exit 2 with one line that holds
+    ``words``, and write no outputs. Returns both results, for what a test checks
+    besides."""
+    with pytest.raises((IndexError, RuntimeError)):
+        model(*inputs)
+    results = _run_both(build, package.path, tmp_path, save_tensors(tmp_path / "in.pt", inputs))
+    for result in results:
+        assert result.returncode == 2, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
+        # One line, and no echo of it from the runtime.
+        assert result.stderr.count("\n") == 1 and words in result.stderr, result.stderr
+    assert not (tmp_path / "py.pt").exists() and not (tmp_path / "cpp.pt").exists()
+    return list(results)
+
+
 def test_the_package_records_its_checks(computed_index_package: UserPackage) -> None:
     # 9 indices: one for each op but embedding_bag (an extern kernel, which checks its
     # own), two for index_put (the batch rows and the cells).
@@ -106,33 +122,19 @@ def test_good_values_at_every_bound_run_with_eagers_bits(computed_index_package:
                                   computed_index_package, build, tmp_path)
 
 
-@pytest.mark.parametrize("case", list(EXTERN_BAD_VALUES))
-def test_an_extern_kernels_bad_index_fails_with_one_line(case: str, computed_index_package: UserPackage,
-                                                         build: Build, tmp_path: Path) -> None:
-    i, position, value, words = EXTERN_BAD_VALUES[case]
-    inputs = list(computed_index_inputs())
-    inputs[i][position] = value
-    py, cpp = _run_both(build, computed_index_package.path, tmp_path, save_tensors(tmp_path / "in.pt", inputs))
-    for result in (py, cpp):
-        assert result.returncode == 2, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
-        assert result.stderr.count("\n") == 1 and words in result.stderr, result.stderr
-
-
-@pytest.mark.parametrize("case", list(BAD_VALUES))
+@pytest.mark.parametrize("case", [*BAD_VALUES, *EXTERN_BAD_VALUES])
 def test_a_computed_index_out_of_range_fails_with_one_line(case: str, computed_index_package: UserPackage,
                                                            build: Build, tmp_path: Path) -> None:
-    i, position, value, words = BAD_VALUES[case]
+    """The package's own checks say which op, its range and the fix; an extern kernel's
+    bad index fails in ATen's words, with no line of the package's checks."""
+    checked = case in BAD_VALUES
+    i, position, value, words = BAD_VALUES[case] if checked else EXTERN_BAD_VALUES[case]
     inputs = list(computed_index_inputs())
     inputs[i][position] = value
-    with pytest.raises((IndexError, RuntimeError)):  # eager refuses it too
-        ComputedIndexModel()(*inputs)
-    py, cpp = _run_both(build, computed_index_package.path, tmp_path, save_tensors(tmp_path / "in.pt", inputs))
-    for result in (py, cpp):
-        assert result.returncode == 2, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
-        assert result.stderr.count("\n") == 1, result.stderr  # one line, and no echo of it from the runtime
-        assert f": {GUARD_PREFIX}: " in result.stderr and words in result.stderr, result.stderr
-        assert "Pass inputs whose indices fall in" in result.stderr
-    assert not (tmp_path / "py.pt").exists() and not (tmp_path / "cpp.pt").exists()
+    for result in _assert_both_fail_with_one_line(ComputedIndexModel(), inputs, computed_index_package, build,
+                                                  tmp_path, words):
+        assert (f": {GUARD_PREFIX}: " in result.stderr) == checked, result.stderr
+        assert ("Pass inputs whose indices fall in" in result.stderr) == checked, result.stderr
 
 
 # input, position (None for a 0-d input), bad value, what the one line says.
@@ -162,12 +164,7 @@ def test_a_late_index_out_of_range_fails_with_one_line(case: str, late_index_pac
         inputs[i] = torch.tensor(value)
     else:
         inputs[i][position] = value
-    with pytest.raises((IndexError, RuntimeError)):  # eager refuses it too
-        LateIndexModel()(*inputs)
-    py, cpp = _run_both(build, late_index_package.path, tmp_path, save_tensors(tmp_path / "in.pt", inputs))
-    for result in (py, cpp):
-        assert result.returncode == 2, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
-        assert result.stderr.count("\n") == 1 and words in result.stderr, result.stderr
+    _assert_both_fail_with_one_line(LateIndexModel(), inputs, late_index_package, build, tmp_path, words)
 
 
 # --- the pass and the scan, without a compile --------------------------------------------

@@ -48,17 +48,6 @@ def test_a_written_shape_parses_back(shape, separator):
     assert parse_shape(separator.join(str(s) for s in shape)) == tuple(shape)
 
 
-@FAST
-@given(st.text(alphabet="0123456789-, x.+_e", max_size=16))
-def test_any_shape_text_parses_or_is_refused_with_an_input_error(text):
-    try:
-        shape = parse_shape(text)
-    except InputError as error:
-        assert "--input-shape" in str(error)
-    else:
-        assert all(isinstance(s, int) and s >= 0 for s in shape)
-
-
 positions = st.lists(st.tuples(st.integers(0, 99), st.integers(0, 99)), min_size=1, max_size=4)
 
 
@@ -82,15 +71,28 @@ def test_a_dynamic_dim_holds_two_sizes_or_more_from_one_up(where, low, high):
             parse_dynamic_dim(text)
 
 
+# Each option's parser, the characters its text is drawn from, and what a parsed value
+# always holds.
+OPTION_TEXTS = {
+    "--input-shape": (parse_shape, st.text(alphabet="0123456789-, x.+_e", max_size=16),
+                      lambda shape: all(isinstance(s, int) and s >= 0 for s in shape)),
+    "--dynamic-dim": (parse_dynamic_dim, st.text(alphabet="0123456789.,=:- ", max_size=20),
+                      lambda dim: dim.min >= 1 and (dim.max is None or dim.max > dim.min) and dim.positions),
+}
+
+
+@pytest.mark.parametrize("option", list(OPTION_TEXTS))
 @FAST
-@given(st.text(alphabet="0123456789.,=:- ", max_size=20))
-def test_any_dynamic_dim_text_parses_or_is_refused_with_an_input_error(text):
+@given(data=st.data())
+def test_any_option_text_parses_or_is_refused_with_an_input_error(option, data):
+    parse, texts, holds = OPTION_TEXTS[option]
+    text = data.draw(texts, label="text")
     try:
-        dim = parse_dynamic_dim(text)
+        value = parse(text)
     except InputError as error:
-        assert "--dynamic-dim" in str(error)
+        assert option in str(error)
     else:
-        assert dim.min >= 1 and (dim.max is None or dim.max > dim.min) and dim.positions
+        assert holds(value), value
 
 
 @FAST

@@ -22,20 +22,28 @@ import pytest
 import torch
 
 from aoti_deploy.package.archive import read_package_metadata, read_package_spec
-from aoti_deploy.package.spec import SPEC_KEY
+from aoti_deploy.package.spec import SPEC_KEY, tensor_label
 from aoti_deploy.package.bundle_writer import write_bundle
 from aoti_deploy.runtime.tensor_files import save_tensors
 from aoti_deploy.verify.bits import bit_view
 from aoti_deploy.verify.special_values import special_values
 
-from conftest import Build, CompiledPackage, _export, edit_spec, rewrite_metadata, run_cmd, skip_or_fail_without_triton
+from conftest import (
+    REPO_ROOT, Build, CompiledPackage, _export, edit_spec, require_triton_server, rewrite_metadata, run_cmd,
+)
 from test_hostile_files import ESCAPE_NAME as HOSTILE_ESCAPE
 from test_hostile_files import PACKAGE_CASES as HOSTILE_PACKAGES
 from test_hostile_files import rewrite_zip
 
-from aoti_deploy.serve import triton_client, triton_install, triton_server
+from aoti_deploy.serve import triton_client, triton_server
 from aoti_deploy.serve.triton_config import config_text
 from aoti_deploy.serve.triton_repository import write_repository
+
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+from examples.index_models import (  # noqa: E402
+    ComputedIndexModel, LookupModel, computed_index_inputs, lookup_inputs,
+)
 
 pytestmark = pytest.mark.triton
 
@@ -78,11 +86,7 @@ def _openssl(*args: object) -> None:
 def served(tmp_path_factory: pytest.TempPathFactory, build: Build, compiled_package: CompiledPackage,
            parity_matrix) -> Served:
     """The repository and the one tritonserver of the session."""
-    try:
-        triton_install.tritonserver_binary()
-        triton_install.require_triton_client()
-    except triton_install.TritonUnavailableError as error:
-        skip_or_fail_without_triton(str(error))
+    require_triton_server()
     work = tmp_path_factory.mktemp("triton")
     repository = work / "repository"
     matrix_dir, _ = parity_matrix
@@ -754,27 +758,34 @@ def test_rolling_through_package_versions_keeps_two_idle_packages(served: Served
     assert served.server.running()
 
 
-def _bad_requests_fail_alone(served: Served, name: str, model: torch.nn.Module, requests: list[list[torch.Tensor]],
-                             bad: dict[int, str], seed: int, status: str | None = None) -> None:
-    """Send ``requests`` concurrently: each of ``bad`` (position -> words) gets its own
-    error (of ``status``, when given), every other one eager's bits, and the server
-    keeps serving the demo model."""
-    before = triton_client.model_statistics(served.server.http_url, name)
-    results = send_concurrently(served, name, requests)
-    after = triton_client.model_statistics(served.server.http_url, name)
-    for i, (sent, got) in enumerate(zip(requests, results)):
-        if i in bad:
-            assert isinstance(got, triton_client.ServingError) and bad[i] in str(got), got
-            if status is not None:
-                assert status in str(got.__cause__.status()), got.__cause__.status()
-            continue
-        with torch.no_grad():
-            expected = list(model(*sent))
-        assert isinstance(got, list) and same_bits(got, expected), got
-    assert after.inference_count - before.inference_count == len(requests) - len(bad)
-    assert served.server.running()
-    good = model_inputs(DEMO, "random", seed=seed)
-    assert same_bits(triton_client.infer(served.server.http_url, "http", DEMO, good), good)
+def _bad_requests_fail_alone(served: Served, name: str, package: Path, model: torch.nn.Module,
+                             requests: list[list[torch.Tensor]], bad: dict[int, str], seed: int,
+                             status: str | None = None) -> None:
+    """Serve ``package`` as ``name``, batching (a long queue delay: the concurrent
+    requests meet in the queue), and send ``requests`` concurrently: each of ``bad``
+    (position -> words) gets its own error (of ``status``, when given), every other one
+    eager's bits, and the server keeps serving the demo model. Unloaded after."""
+    write_repository(package, served.repository, name=name, max_queue_delay_us=20000)
+    served.server.load_model(name)
+    try:
+        before = triton_client.model_statistics(served.server.http_url, name)
+        results = send_concurrently(served, name, requests)
+        after = triton_client.model_statistics(served.server.http_url, name)
+        for i, (sent, got) in enumerate(zip(requests, results)):
+            if i in bad:
+                assert isinstance(got, triton_client.ServingError) and bad[i] in str(got), got
+                if status is not None:
+                    assert status in str(got.__cause__.status()), got.__cause__.status()
+                continue
+            with torch.no_grad():
+                expected = list(model(*sent))
+            assert isinstance(got, list) and same_bits(got, expected), got
+        assert after.inference_count - before.inference_count == len(requests) - len(bad)
+        assert served.server.running()
+        good = model_inputs(DEMO, "random", seed=seed)
+        assert same_bits(triton_client.infer(served.server.http_url, "http", DEMO, good), good)
+    finally:
+        unload_and_wait(served.server, name)
 
 
 def test_an_index_out_of_range_fails_its_request_alone(served: Served, lookup_package) -> None:
@@ -783,32 +794,16 @@ def test_an_index_out_of_range_fails_its_request_alone(served: Served, lookup_pa
     request aborted the whole server from the compiled kernel's OpenMP region. Now each
     bad one gets its own line, the good ones (batched together) their bits, and the
     server keeps serving."""
-    import sys
-
-    from conftest import REPO_ROOT
-
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    from examples.index_models import LookupModel, lookup_inputs
-
-    name = "lookup"
-    write_repository(lookup_package.path, served.repository, name=name, max_queue_delay_us=20000)
-    served.server.load_model(name)
-    try:
-        requests = [list(lookup_inputs(batch=1, seed=300 + i)) for i in range(8)]
-        requests[2][0][0, 3] = 5000
-        requests[5][3][0, 1] = -10
-        from aoti_deploy.package.spec import tensor_label
-
-        specs = read_package_spec(lookup_package.path).inputs  # named by the spec, when it records names
-        bad = {
-            2: f"{tensor_label('input', 0, specs)}: value 5000 at [0, 3] is outside [0, 999] (this input indexes: "
-               "embedding rows 0..999).",
-            5: f"{tensor_label('input', 3, specs)}: value -10 at [0, 1] is outside [-9, 8]",
-        }
-        _bad_requests_fail_alone(served, name, LookupModel(), requests, bad, seed=31)
-    finally:
-        unload_and_wait(served.server, name)
+    requests = [list(lookup_inputs(batch=1, seed=300 + i)) for i in range(8)]
+    requests[2][0][0, 3] = 5000
+    requests[5][3][0, 1] = -10
+    specs = read_package_spec(lookup_package.path).inputs  # named by the spec, when it records names
+    bad = {
+        2: f"{tensor_label('input', 0, specs)}: value 5000 at [0, 3] is outside [0, 999] (this input indexes: "
+           "embedding rows 0..999).",
+        5: f"{tensor_label('input', 3, specs)}: value -10 at [0, 1] is outside [-9, 8]",
+    }
+    _bad_requests_fail_alone(served, "lookup", lookup_package.path, LookupModel(), requests, bad, seed=31)
 
 
 @pytest.mark.parametrize("model", ["bert", "gpt2", "t5_encoder", "vit", "resnet"])
@@ -854,22 +849,11 @@ def test_a_computed_index_out_of_range_fails_its_request_alone(served: Served, c
     request of a concurrent, batched set gets its own INVALID_ARG error, the good ones
     (whose merged batch the bad one failed) run again alone and get eager's bits, and
     the server keeps serving."""
-    from conftest import REPO_ROOT
-
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    from examples.index_models import ComputedIndexModel, computed_index_inputs
-
-    name = "computed_index"
-    write_repository(computed_index_package.path, served.repository, name=name, max_queue_delay_us=20000)
-    served.server.load_model(name)
-    try:
-        requests = [list(computed_index_inputs(batch=1, seed=400 + i)) for i in range(8)]
-        requests[1][0][0, 3] = 331  # ids * 3 + 7 = 1000 rows
-        requests[4][1][0, 0] = -2501  # take at picks * 2 + 1 = -5001
-        requests[6][3][0, 2] = 29  # index_put at cells + 1 = 30
-        bad = {1: "embedding in 'embedding' takes indices in 0..999", 4: "take takes indices in -5000..4999",
-               6: "index_put takes indices in -30..29"}
-        _bad_requests_fail_alone(served, name, ComputedIndexModel(), requests, bad, seed=32, status="INVALID_ARG")
-    finally:
-        unload_and_wait(served.server, name)
+    requests = [list(computed_index_inputs(batch=1, seed=400 + i)) for i in range(8)]
+    requests[1][0][0, 3] = 331  # ids * 3 + 7 = 1000 rows
+    requests[4][1][0, 0] = -2501  # take at picks * 2 + 1 = -5001
+    requests[6][3][0, 2] = 29  # index_put at cells + 1 = 30
+    bad = {1: "embedding in 'embedding' takes indices in 0..999", 4: "take takes indices in -5000..4999",
+           6: "index_put takes indices in -30..29"}
+    _bad_requests_fail_alone(served, "computed_index", computed_index_package.path, ComputedIndexModel(), requests,
+                             bad, seed=32, status="INVALID_ARG")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import Build, CompiledPackage, edit_spec, run_cli, skip_or_fail_without_triton
+from conftest import Build, CompiledPackage, edit_spec, require_triton_server, run_cli
 from aoti_deploy.cli.main import app as cli_app
 from aoti_deploy.errors import AotiDeployError, PackageError
 from aoti_deploy.package import bundle_writer as bundle_module
@@ -527,34 +527,26 @@ def test_cli_writes_and_summarises(compiled_package: CompiledPackage, op_library
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    "package, args, message",
     [
-        (["--name", "bad/name"], "invalid model name 'bad/name'"),
-        (["--name", ".hidden"], "invalid model name '.hidden'"),
-        (["--version", "0"], "Invalid value for '--version'"),
-        (["--version", "two"], "Invalid value for '--version'"),
-        (["--instances", "0"], "Invalid value for '--instances'"),
+        ("suite", ["--name", "bad/name"], "invalid model name 'bad/name'"),
+        ("suite", ["--name", ".hidden"], "invalid model name '.hidden'"),
+        ("suite", ["--version", "0"], "Invalid value for '--version'"),
+        ("suite", ["--version", "two"], "Invalid value for '--version'"),
+        ("suite", ["--instances", "0"], "Invalid value for '--instances'"),
+        ("missing", [], "error: package not found"),
+        ("empty", [], "package is empty"),
     ],
 )
-def test_cli_bad_options_exit_2(compiled_package: CompiledPackage, tmp_path: Path, args, message):
-
-    result = runner.invoke(cli_app, ["triton-repository", str(compiled_package.path), "--repository", str(tmp_path / "r"),
+def test_cli_bad_options_and_packages_exit_2_and_write_nothing(compiled_package: CompiledPackage, tmp_path: Path,
+                                                               package: str, args: list[str], message: str):
+    (tmp_path / "empty.pt2").write_bytes(b"")
+    path = {"suite": compiled_package.path, "missing": tmp_path / "missing.pt2", "empty": tmp_path / "empty.pt2"}
+    result = runner.invoke(cli_app, ["triton-repository", str(path[package]), "--repository", str(tmp_path / "r"),
                                      *args])
-    assert result.exit_code == 2
+    assert result.exit_code == 2, result.output
     assert message in result.output
     assert not (tmp_path / "r").exists()
-
-
-def test_cli_bad_package_exit_2(tmp_path: Path):
-
-    result = runner.invoke(cli_app, ["triton-repository", str(tmp_path / "missing.pt2"), "--repository",
-                                     str(tmp_path / "r")])
-    assert result.exit_code == 2
-    assert "error: package not found" in result.output
-    empty = tmp_path / "empty.pt2"
-    empty.write_bytes(b"")
-    result = runner.invoke(cli_app, ["triton-repository", str(empty), "--repository", str(tmp_path / "r")])
-    assert result.exit_code == 2 and "package is empty" in result.output
 
 
 # --- aoti-deploy serve without a server ------------------------------------------------
@@ -614,24 +606,11 @@ def test_tensors_cross_numpy_with_their_bits(dtype: str):
 # --- a real tritonserver ------------------------------------------------------------------
 
 
-def tritonserver_module():
-    """serve.triton_server, once the triton extra (pytriton's server, tritonclient) is
-    known to be installed; else the test is skipped, saying how to install it."""
-    from aoti_deploy.serve import triton_install, triton_server
-
-    try:
-        triton_install.tritonserver_binary()
-        triton_install.require_triton_client()
-    except triton_install.TritonUnavailableError as error:
-        skip_or_fail_without_triton(str(error))
-    return triton_server
-
-
 @pytest.mark.triton
 def test_server_starts_and_stops_by_pid(tmp_path: Path):
     from aoti_deploy.serve import triton_client
 
-    triton_server = tritonserver_module()
+    triton_server = require_triton_server()
     repository = tmp_path / "empty_repository"
     repository.mkdir()
     log = tmp_path / "tritonserver.log"
@@ -654,7 +633,7 @@ def test_server_starts_and_stops_by_pid(tmp_path: Path):
 def test_a_server_that_exits_fails_fast_with_its_log(tmp_path: Path):
     from aoti_deploy.serve import triton_client
 
-    triton_server = tritonserver_module()
+    triton_server = require_triton_server()
     server = triton_server.TritonServer().start(tmp_path, backend_dir=tmp_path, log_file=tmp_path / "log",
                                                 extra_args=["--no-such-flag"])
     try:
@@ -672,7 +651,7 @@ def test_serve_triton_checks_a_repository_end_to_end(compiled_package: CompiledP
     """aoti-deploy serve as a user runs it (a subprocess: it loads the bundle's op library for
     its Python reference): the suite's package served and bit-checked, then stopped; a
     model that cannot load is exit 2 with Triton's reason."""
-    tritonserver_module()
+    require_triton_server()
     repository = tmp_path / "repository"
     write_repository(compiled_package.path, repository, name="demo", op_libraries=[build.op_library])
     # The same package with names in its spec: served, and checked, by those names.

@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from aoti_deploy.serve import triton_client, triton_config, triton_install, triton_server
+from aoti_deploy.serve import triton_client, triton_config, triton_server
 from aoti_deploy.serve.loopback import LOOPBACK
 from aoti_deploy.serve.served_models import ServedModel, read_repository
 from aoti_deploy.serve.soak import soak_cycles, unload_and_wait
 from aoti_deploy.serve.triton_repository import write_repository
 from aoti_deploy.verify.bits import bit_view
 
-from conftest import Build, CompiledPackage, PACKAGE_SHAPE, skip_or_fail_without_triton
+from conftest import Build, CompiledPackage, PACKAGE_SHAPE, require_triton_server
 
 pytestmark = pytest.mark.triton
 
@@ -66,11 +66,7 @@ def add_parameters(model_dir: Path, parameters: dict[str, str]) -> None:
 @pytest.fixture(scope="module")
 def soak_server(tmp_path_factory: pytest.TempPathFactory, build: Build,
                 compiled_package: CompiledPackage) -> SoakServer:
-    try:
-        triton_install.tritonserver_binary()
-        triton_install.require_triton_client()
-    except triton_install.TritonUnavailableError as error:
-        skip_or_fail_without_triton(str(error))
+    require_triton_server()
     work = tmp_path_factory.mktemp("triton_soak")
     repository = work / "repository"
     for name in (SOAKED, STEADY, SLOW):
