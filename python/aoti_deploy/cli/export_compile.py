@@ -165,18 +165,10 @@ def export_compile(
     max_ulp: MaxUlpOption = None,
     rtol: RtolOption = None,
     atol: AtolOption = None,
-    channels: Annotated[
-        int, typer.Option(min=1, help="Channels of the input and of every layer.", rich_help_panel=IDENTITY_PANEL)
-    ] = 3,
-    batch: Annotated[
-        int, typer.Option(min=1, help="Batch size of the example input.", rich_help_panel=IDENTITY_PANEL)
-    ] = 1,
-    height: Annotated[
-        int, typer.Option(min=1, help="Height of the example input.", rich_help_panel=IDENTITY_PANEL)
-    ] = 224,
-    width: Annotated[
-        int, typer.Option(min=1, help="Width of the example input.", rich_help_panel=IDENTITY_PANEL)
-    ] = 224,
+    channels: Annotated[int, option("Channels of the input and of every layer.", min=1, panel=IDENTITY_PANEL)] = 3,
+    batch: Annotated[int, option("Batch size of the example input.", min=1, panel=IDENTITY_PANEL)] = 1,
+    height: Annotated[int, option("Height of the example input.", min=1, panel=IDENTITY_PANEL)] = 224,
+    width: Annotated[int, option("Width of the example input.", min=1, panel=IDENTITY_PANEL)] = 224,
     dtype: Annotated[
         DType,
         typer.Option(

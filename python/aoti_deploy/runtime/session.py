@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from .._closing import ClosedOnExit
 from . import is_onnx_path
 from .trust import OpenedModel, TrustPolicy, open_model, refuse_library_arguments
 
 
 @dataclass
-class Session:
+class Session(ClosedOnExit):
     """A model loaded in this process: what the trust policy opened, the op
     libraries loaded for it and the runnable model (a LoadedPackage, or an
     OnnxSession for an .onnx file). Close it to unload the package and remove a
@@ -35,11 +36,6 @@ class Session:
     def close(self) -> None:
         self._cleanup.close()
 
-    def __enter__(self) -> "Session":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
 
 def open_session(

@@ -14,6 +14,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Sequence
 
+from .._closing import ClosedOnExit
 from ..errors import AotiDeployError, PackageError
 from ..package.bundle import (
     PACKAGE_NAME,
@@ -65,7 +66,7 @@ def trust_policy(flag_key: str | os.PathLike[str] | None, require_signature: boo
 
 
 @dataclass
-class OpenedModel:
+class OpenedModel(ClosedOnExit):
     """What a runner loads once the policy is met. Close it (or use it as a context
     manager) to remove the private copy."""
 
@@ -85,11 +86,6 @@ class OpenedModel:
     def close(self) -> None:
         self._cleanup.close()
 
-    def __enter__(self) -> "OpenedModel":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
 
 def refuse_library_arguments(path: str | os.PathLike[str], libraries: Sequence[object]) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._closing import ClosedOnExit
 from ..locate import triton_backend_dir
 from .serve_check import RequestCheck, check_served_model
 from .served_models import ServedModel, read_repository
@@ -21,7 +22,7 @@ from .triton_server import TritonServer
 
 
 @dataclass
-class Serving:
+class Serving(ClosedOnExit):
     """A started tritonserver and the models it serves, ready."""
 
     server: TritonServer
@@ -37,15 +38,9 @@ class Serving:
     def statistics(self, model: ServedModel) -> ModelStatistics:
         return model_statistics(self.server.http_url, model.name)
 
-    def stop(self) -> int | None:
+    def close(self) -> int | None:
         """Stop the server; its exit code."""
         return self.server.stop()
-
-    def __enter__(self) -> "Serving":
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
 
 def start_serving(
