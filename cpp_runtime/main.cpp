@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -25,6 +24,7 @@
 #include "bundle.h"
 #include "cpu_budget.h"
 #include "errors.h"
+#include "input_shape.h"
 #include "op_libraries.h"
 #include "package_file.h"
 #include "preflight.h"
@@ -210,40 +210,6 @@ int64_t parse_count(const std::string& flag, const std::string& value, int64_t l
   return static_cast<int64_t>(parsed);
 }
 
-// "4,3,16,16" -> {4, 3, 16, 16}; "" is a 0-d tensor. The same rules and words as
-// python/aoti_deploy/cli/parsing.py's parse_shape.
-std::vector<int64_t> parse_shape(const std::string& text) {
-  std::vector<int64_t> shape;
-  if (text.find_first_not_of(" \t") == std::string::npos) {
-    return shape;
-  }
-  const std::string quoted = "'" + text + "'";
-  size_t start = 0;
-  while (true) {
-    const auto comma = text.find(',', start);
-    const auto part = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    size_t used = 0;
-    int64_t size = 0;
-    try {
-      size = std::stoll(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || part.find_first_not_of(" \t", used) != std::string::npos) {
-      throw aoti_runner::RunnerError("--input-shape " + quoted +
-                                     ": expected comma-separated sizes, e.g. 1,3,224,224");
-    }
-    if (size < 0) {
-      throw aoti_runner::RunnerError("--input-shape " + quoted + ": sizes must be >= 0");
-    }
-    shape.push_back(size);
-    if (comma == std::string::npos) {
-      return shape;
-    }
-    start = comma + 1;
-  }
-}
-
 // The folder of this executable (the build folder, or where it was installed).
 std::string runner_dir() {
   std::error_code ec;
@@ -308,7 +274,7 @@ Options parse_args(int argc, char** argv) {
       if (!options.input_shapes) {
         options.input_shapes.emplace();
       }
-      options.input_shapes->push_back(parse_shape(take_value(argc, argv, i)));
+      options.input_shapes->push_back(aoti_runner::parse_shape(take_value(argc, argv, i)));
     } else if (arg == "--outputs") {
       options.outputs = take_value(argc, argv, i);
     } else if (arg == "--expected") {

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from aoti_deploy.errors import AotiDeployError
+from aoti_deploy.errors import AotiDeployError, InputError
 from aoti_deploy.package.dtypes import NAMES, dtype_name
 from aoti_deploy.package.spec import OpRef, PackageSpec, SpecError, parse_document
 from aoti_deploy.runtime.preflight import HostFacts, check_required_symbols, check_runs_here
@@ -42,6 +42,8 @@ SUITES = {
     # Untrusted archives and JSON: the zip entry-name rule, and the nesting limit.
     "archive_names": "archive_name_vectors.json",
     "json_depth": "json_depth_vectors.json",
+    # The command line's --input-shape text.
+    "input_shape": "input_shape_vectors.json",
 }
 _INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -180,6 +182,13 @@ def _python_verdict(suite: str, vector: dict) -> object:
             except JsonTextError as error:
                 return "too_deep" if "levels deep" in str(error) else "not_json"
             return "ok"
+        if suite == "input_shape":
+            from aoti_deploy.runtime.input_shape import parse_shape
+
+            try:
+                return {"shape": list(parse_shape(vector["text"]))}
+            except InputError as error:
+                return {"message": str(error)}
         if suite == "dtypes":
             name = vector["name"]
             if name not in NAMES:

@@ -4,6 +4,7 @@
 // checks both against each vector's expected verdict. No Python in this process.
 #include "dtypes.h"
 #include "errors.h"
+#include "input_shape.h"
 #include "json_text.h"
 #include "model_config.h"
 #include "package_spec.h"
@@ -20,10 +21,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <optional>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -82,6 +83,13 @@ json bits_of(const at::Tensor& tensor) {
 
 json run_vector(const std::string& suite, const json& vector) {
   try {
+    if (suite == "input_shape") {
+      try {
+        return {{"shape", aoti_runner::parse_shape(vector.at("text").get<std::string>())}};
+      } catch (const RunnerError& e) {
+        return {{"message", e.what()}};
+      }
+    }
     if (suite == "spec") {
       const auto spec = aoti_runner::spec_from_metadata(metadata_of(vector.at("metadata")), "vector");
       auto document = aoti_runner::spec_to_document(spec);
@@ -272,8 +280,8 @@ json run_vector(const std::string& suite, const json& vector) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::cerr << "usage: contract_vectors spec|preflight|validation|random|comparison|tolerances|dtypes|signatures|batching|triton_types "
-                 "FILE\n";
+    std::cerr << "usage: contract_vectors SUITE FILE, SUITE one of spec, preflight, validation, random, comparison, "
+                 "tolerances, dtypes, signatures, batching, triton_types, archive_names, json_depth, input_shape\n";
     return 2;
   }
   try {
