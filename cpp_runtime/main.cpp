@@ -22,6 +22,7 @@
 #include "aoti_package.h"
 #include "bench.h"
 #include "bundle.h"
+#include "check_plan.h"
 #include "cpu_budget.h"
 #include "errors.h"
 #include "input_shape.h"
@@ -346,17 +347,6 @@ Options parse_args(int argc, char** argv) {
   return options;
 }
 
-// One check of the outputs: its name, what the references are called, the
-// references, and the rule.
-struct Check {
-  std::string name;
-  std::string reference_name;
-  std::vector<at::Tensor> references;
-  aoti_runner::Tolerance tolerance;
-};
-
-// The checks the options ask for (the same plan as run_inference's), each printed
-// as report lines and a verdict line, then the overall PASSED or FAILED.
 // The reference files, read before the package runs: a bad one is refused before any
 // output is written.
 struct References {
@@ -364,28 +354,18 @@ struct References {
   std::vector<at::Tensor> eager;
 };
 
+// The checks the options ask for (plan_checks, the same plan as run_inference's), each
+// printed as report lines and a verdict line, then the overall PASSED or FAILED.
 int verify_outputs(const Options& options, const aoti_runner::PackageSpec& spec, const References& references,
                    const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
   using namespace aoti_runner;
   const bool overridden = options.bitwise || options.max_ulp || options.rtol || options.atol;
-  const auto override_or = [&](const Tolerance& fallback) {
-    return tolerance_from_options(options.bitwise, options.max_ulp, options.rtol, options.atol,
-                                  fallback);
-  };
-  std::vector<Check> checks;
-  if (!options.expected.empty()) {
-    const bool override_here = overridden && options.eager_reference.empty();
-    checks.push_back({"runtime parity", "expected", references.expected,
-                      override_here ? override_or(Tolerance{}) : Tolerance{}});
-  }
-  if (!options.eager_reference.empty()) {
-    const auto recorded = spec.eager_check.value_or(Tolerance{Rule::kClose, 0, {}, {}});
-    checks.push_back({"compiled vs eager", "eager", references.eager,
-                      override_or(recorded)});
-  }
-  if (checks.empty() && spec.is_identity) {
-    checks.push_back({"identity", "input", inputs, override_or(Tolerance{})});
-  }
+  const auto override_rule =
+      overridden ? std::optional<Tolerance>(tolerance_from_options(options.bitwise, options.max_ulp, options.rtol,
+                                                                   options.atol, Tolerance{}))
+                 : std::nullopt;
+  const auto checks = plan_checks(!options.expected.empty(), !options.eager_reference.empty(), spec.is_identity,
+                                  spec.eager_check, override_rule);
   if (checks.empty()) {
     std::cout << "verify: skipped (the package does not declare an identity model; pass "
                  "--expected FILE or --eager-reference FILE)\nDONE\n";
@@ -393,16 +373,19 @@ int verify_outputs(const Options& options, const aoti_runner::PackageSpec& spec,
   }
   bool passed = true;
   for (const auto& check : checks) {
-    if (outputs.size() != check.references.size()) {
+    const auto& compared = check.references == CheckReferences::kExpected ? references.expected
+                           : check.references == CheckReferences::kEager  ? references.eager
+                                                                          : inputs;
+    if (outputs.size() != compared.size()) {
       std::cout << check.name << ": the package returned " << outputs.size()
-                << " output(s), but there are " << check.references.size() << " "
+                << " output(s), but there are " << compared.size() << " "
                 << check.reference_name << " tensor(s) to compare with\n";
       passed = false;
       continue;
     }
     std::vector<Comparison> comparisons;
     for (size_t i = 0; i < outputs.size(); ++i) {
-      comparisons.push_back(compare(outputs[i], check.references[i], check.tolerance));
+      comparisons.push_back(compare(outputs[i], compared[i], check.tolerance));
       std::cout << "verify: output[" << i << "] vs " << check.reference_name << "[" << i << "] ("
                 << comparisons.back().rule() << "): " << comparisons.back().line() << "\n";
     }

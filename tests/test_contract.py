@@ -42,8 +42,9 @@ SUITES = {
     # Untrusted archives and JSON: the zip entry-name rule, and the nesting limit.
     "archive_names": "archive_name_vectors.json",
     "json_depth": "json_depth_vectors.json",
-    # The command line's --input-shape text.
+    # The command line's rules: the --input-shape text, and which checks run under which rule.
     "input_shape": "input_shape_vectors.json",
+    "check_plan": "check_plan_vectors.json",
 }
 _INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -189,6 +190,8 @@ def _python_verdict(suite: str, vector: dict) -> object:
                 return {"shape": list(parse_shape(vector["text"]))}
             except InputError as error:
                 return {"message": str(error)}
+        if suite == "check_plan":
+            return _check_plan_verdict(vector)
         if suite == "dtypes":
             name = vector["name"]
             if name not in NAMES:
@@ -198,6 +201,21 @@ def _python_verdict(suite: str, vector: dict) -> object:
         assert error.kind, f"an error without a kind: {error}"
         return {"error": error.kind}
     raise AssertionError(f"unknown suite {suite}")
+
+
+def _check_plan_verdict(vector: dict) -> list[dict]:
+    """The checks plan_checks makes for the vector's references, rule and options."""
+    from aoti_deploy.verify.tolerance import plan_checks, tolerance_from_options
+
+    recorded = vector["recorded"]
+    if recorded is not None:
+        recorded = parse_document({"schema_version": 2, "inputs": [], "eager_check": recorded}).eager_check
+    checks = plan_checks(
+        expected=[] if "expected" in vector["given"] else None, eager=[] if "eager" in vector["given"] else None,
+        inputs=[], is_identity=vector["is_identity"], recorded=recorded,
+        override=tolerance_from_options(**vector["options"], default=None),
+    )
+    return [{"check": c.name, "references": c.reference_name, "rule": c.tolerance.to_document()} for c in checks]
 
 
 def _signature_verdict(vector: dict) -> object:

@@ -2,6 +2,7 @@
 // through the runner core and prints {"name": verdict, ...} as JSON. The pytest side
 // (tests/test_contract.py) runs the same vectors through the Python modules and
 // checks both against each vector's expected verdict. No Python in this process.
+#include "check_plan.h"
 #include "dtypes.h"
 #include "errors.h"
 #include "input_shape.h"
@@ -81,6 +82,13 @@ json bits_of(const at::Tensor& tensor) {
   return bits;
 }
 
+// A rule given as the spec's eager_check entry, read as package_spec.cpp reads it.
+aoti_runner::Tolerance tolerance_of(const json& document) {
+  return *aoti_runner::parse_spec_document(
+              {{"schema_version", 2}, {"inputs", json::array()}, {"eager_check", document}})
+              .eager_check;
+}
+
 json run_vector(const std::string& suite, const json& vector) {
   try {
     if (suite == "input_shape") {
@@ -89,6 +97,31 @@ json run_vector(const std::string& suite, const json& vector) {
       } catch (const RunnerError& e) {
         return {{"message", e.what()}};
       }
+    }
+    if (suite == "check_plan") {
+      const auto& options = vector.at("options");
+      const auto number = [&](const char* key) {
+        return options.contains(key) ? std::optional<double>(options.at(key).get<double>()) : std::nullopt;
+      };
+      const bool bitwise = options.value("bitwise", false);
+      const auto max_ulp = options.contains("max_ulp") ? std::optional<int64_t>(options.at("max_ulp")) : std::nullopt;
+      const bool overridden = bitwise || max_ulp || number("rtol") || number("atol");
+      const auto override_rule =
+          overridden ? std::optional(aoti_runner::tolerance_from_options(bitwise, max_ulp, number("rtol"),
+                                                                         number("atol"), aoti_runner::Tolerance{}))
+                     : std::nullopt;
+      const auto recorded = vector.at("recorded").is_null() ? std::nullopt
+                                                            : std::optional(tolerance_of(vector.at("recorded")));
+      const auto& given = vector.at("given");
+      const auto has = [&](const char* name) { return std::find(given.begin(), given.end(), name) != given.end(); };
+      json plan = json::array();
+      for (const auto& check : aoti_runner::plan_checks(has("expected"), has("eager"), vector.at("is_identity"),
+                                                        recorded, override_rule)) {
+        plan.push_back({{"check", check.name},
+                        {"references", check.reference_name},
+                        {"rule", aoti_runner::tolerance_to_document(check.tolerance)}});
+      }
+      return plan;
     }
     if (suite == "spec") {
       const auto spec = aoti_runner::spec_from_metadata(metadata_of(vector.at("metadata")), "vector");
@@ -157,15 +190,14 @@ json run_vector(const std::string& suite, const json& vector) {
     }
     if (suite == "comparison") {
       // The rule is written as the spec's eager_check entry.
-      const auto spec = aoti_runner::parse_spec_document(
-          {{"schema_version", 2}, {"inputs", json::array()}, {"eager_check", vector.at("tolerance")}});
+      const auto tolerance = tolerance_of(vector.at("tolerance"));
       std::vector<aoti_runner::Comparison> comparisons;
       json details = json::array();
       const auto& actual = vector.at("actual");
       const auto& expected = vector.at("expected");
       for (size_t i = 0; i < actual.size(); ++i) {
         comparisons.push_back(
-            aoti_runner::compare(tensor_of(actual[i]), tensor_of(expected[i]), *spec.eager_check));
+            aoti_runner::compare(tensor_of(actual[i]), tensor_of(expected[i]), tolerance));
         details.push_back(comparisons.back().rule() + ": " + comparisons.back().line());
       }
       const char* names[] = {"passed", "passed_within_tolerance", "failed"};
@@ -281,7 +313,8 @@ json run_vector(const std::string& suite, const json& vector) {
 int main(int argc, char** argv) {
   if (argc != 3) {
     std::cerr << "usage: contract_vectors SUITE FILE, SUITE one of spec, preflight, validation, random, comparison, "
-                 "tolerances, dtypes, signatures, batching, triton_types, archive_names, json_depth, input_shape\n";
+                 "tolerances, dtypes, signatures, batching, triton_types, archive_names, json_depth, input_shape, "
+                 "check_plan\n";
     return 2;
   }
   try {
