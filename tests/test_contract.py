@@ -45,6 +45,8 @@ SUITES = {
     # The command line's rules: the --input-shape text, and which checks run under which rule.
     "input_shape": "input_shape_vectors.json",
     "check_plan": "check_plan_vectors.json",
+    # The CPU budget: the C++ side reads the cgroup tree, the Python side sizes pods by its threads.
+    "cpu_budget": "cpu_budget_vectors.json",
 }
 _INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -192,6 +194,13 @@ def _python_verdict(suite: str, vector: dict) -> object:
                 return {"message": str(error)}
         if suite == "check_plan":
             return _check_plan_verdict(vector)
+        if suite == "cpu_budget":
+            from aoti_deploy.serve.kubernetes import cpu_budget, default_intra_op_threads
+
+            cpus, instances = vector["expect"]["cpus"], vector["server_instances"]
+            threads = default_intra_op_threads(cpus, instances)
+            assert cpu_budget(instances, cpu_limit=cpus).intra_op_threads == threads
+            return {"intra_op_threads": threads}
         if suite == "dtypes":
             name = vector["name"]
             if name not in NAMES:
@@ -238,6 +247,8 @@ def _expected(suite: str, vector: dict, runtime: str) -> object:
         return {"rtol": rtol, "atol": atol}
     if suite == "triton_types":
         return vector["triton"]
+    if suite == "cpu_budget" and runtime == "python":
+        return {"intra_op_threads": vector["expect"]["intra_op_threads"]}
     if suite == "dtypes":
         return {"name": vector["name"]} if runtime == "python" else {"name": vector["name"], "scalar_type": vector["scalar_type"]}
     expect = vector["expect"]

@@ -3,6 +3,7 @@
 // (tests/test_contract.py) runs the same vectors through the Python modules and
 // checks both against each vector's expected verdict. No Python in this process.
 #include "check_plan.h"
+#include "cpu_budget.h"
 #include "dtypes.h"
 #include "errors.h"
 #include "input_shape.h"
@@ -21,6 +22,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -89,6 +91,27 @@ aoti_runner::Tolerance tolerance_of(const json& document) {
               .eager_check;
 }
 
+// A made-up cgroup tree ({"relative/path": "contents"}) in a fresh temporary folder,
+// removed again when this goes out of scope.
+struct TemporaryTree {
+  std::filesystem::path root;
+  explicit TemporaryTree(const json& files) {
+    char pattern[] = "/tmp/contract_vectors_cgroup_XXXXXX";
+    if (mkdtemp(pattern) == nullptr) {
+      throw std::runtime_error("could not make a temporary folder");
+    }
+    root = pattern;
+    for (const auto& [name, text] : files.items()) {
+      std::filesystem::create_directories((root / name).parent_path());
+      std::ofstream(root / name) << text.get<std::string>();
+    }
+  }
+  ~TemporaryTree() {
+    std::error_code ec;
+    std::filesystem::remove_all(root, ec);
+  }
+};
+
 json run_vector(const std::string& suite, const json& vector) {
   try {
     if (suite == "input_shape") {
@@ -122,6 +145,14 @@ json run_vector(const std::string& suite, const json& vector) {
                         {"rule", aoti_runner::tolerance_to_document(check.tolerance)}});
       }
       return plan;
+    }
+    if (suite == "cpu_budget") {
+      const TemporaryTree tree(vector.at("files"));
+      const int cpus = aoti_runner::usable_cpus(
+          vector.at("affinity"), aoti_runner::cgroup_quota_cpus(vector.at("membership"), tree.root.string()));
+      // The Triton backend's default: one CPU left to the server's own threads.
+      return {{"cpus", cpus},
+              {"intra_op_threads", aoti_runner::intra_op_threads_for(cpus, vector.at("server_instances"), 1)}};
     }
     if (suite == "spec") {
       const auto spec = aoti_runner::spec_from_metadata(metadata_of(vector.at("metadata")), "vector");
@@ -314,7 +345,7 @@ int main(int argc, char** argv) {
   if (argc != 3) {
     std::cerr << "usage: contract_vectors SUITE FILE, SUITE one of spec, preflight, validation, random, comparison, "
                  "tolerances, dtypes, signatures, batching, triton_types, archive_names, json_depth, input_shape, "
-                 "check_plan\n";
+                 "check_plan, cpu_budget\n";
     return 2;
   }
   try {
