@@ -47,6 +47,8 @@ SUITES = {
     "check_plan": "check_plan_vectors.json",
     # The CPU budget: the C++ side reads the cgroup tree, the Python side sizes pods by its threads.
     "cpu_budget": "cpu_budget_vectors.json",
+    # Triton's tensor names and config parameters: what triton_repository writes, the backend reads.
+    "triton_names": "triton_name_vectors.json",
 }
 _INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -55,8 +57,11 @@ def _vectors(suite: str) -> list[dict]:
     return json.loads((CONTRACT / SUITES[suite]).read_text())["vectors"]
 
 
-def _cases() -> list:
-    return [pytest.param(suite, v, id=f"{suite}-{v['name']}") for suite in SUITES for v in _vectors(suite)]
+def _cases(runtime: str) -> list:
+    """Every vector, but for Python those of a hand-written Triton config: no option of
+    the Python writer makes one, and only the backend reads them."""
+    return [pytest.param(suite, v, id=f"{suite}-{v['name']}") for suite in SUITES for v in _vectors(suite)
+            if runtime == "cpp" or "hand_written" not in v]
 
 
 @pytest.fixture(scope="session")
@@ -201,6 +206,8 @@ def _python_verdict(suite: str, vector: dict) -> object:
             threads = default_intra_op_threads(cpus, instances)
             assert cpu_budget(instances, cpu_limit=cpus).intra_op_threads == threads
             return {"intra_op_threads": threads}
+        if suite == "triton_names":
+            return _triton_names_verdict(vector)
         if suite == "dtypes":
             name = vector["name"]
             if name not in NAMES:
@@ -227,6 +234,23 @@ def _check_plan_verdict(vector: dict) -> list[dict]:
     return [{"check": c.name, "references": c.reference_name, "rule": c.tolerance.to_document()} for c in checks]
 
 
+def _triton_names_verdict(vector: dict) -> object:
+    """A spec's served names, or the parameters the writer puts in config.pbtxt."""
+    from aoti_deploy.serve.triton_repository import INPUT_PREFIX, OUTPUT_PREFIX, served_name, triton_config
+
+    if "spec" in vector:
+        spec = parse_document(vector["spec"])
+        outputs = vector.get("outputs_returned", len(spec.outputs))
+        return {"inputs": [served_name(spec.inputs, i, INPUT_PREFIX) for i in range(len(spec.inputs))],
+                "outputs": [served_name(spec.outputs, k, OUTPUT_PREFIX) for k in range(outputs)]}
+    spec = parse_document({"schema_version": 2, "inputs": [{"dtype": "float32", "dims": [{"min": 2, "max": 2}]}],
+                           "outputs": [{"dtype": "float32", "dims": [{"min": 2, "max": 2}]}]})
+    try:
+        return dict(triton_config(spec, "model", **vector["options"]).parameters)
+    except AotiDeployError:
+        return {"error": "refused"}
+
+
 def _signature_verdict(vector: dict) -> object:
     from aoti_deploy.package.signing import check_signed_files, read_signature
 
@@ -249,6 +273,8 @@ def _expected(suite: str, vector: dict, runtime: str) -> object:
         return vector["triton"]
     if suite == "cpu_budget" and runtime == "python":
         return {"intra_op_threads": vector["expect"]["intra_op_threads"]}
+    if suite == "triton_names" and runtime == "python" and "parameters" in vector and "error" not in vector["expect"]:
+        return vector["parameters"]  # what the writer writes, which the backend reads as "expect"
     if suite == "dtypes":
         return {"name": vector["name"]} if runtime == "python" else {"name": vector["name"], "scalar_type": vector["scalar_type"]}
     expect = vector["expect"]
@@ -265,12 +291,12 @@ def _comparable(verdict: object) -> object:
     return verdict
 
 
-@pytest.mark.parametrize(("suite", "vector"), _cases())
+@pytest.mark.parametrize(("suite", "vector"), _cases("python"))
 def test_python_reaches_the_vector_verdict(suite, vector):
     assert _python_verdict(suite, vector) == _expected(suite, vector, "python")
 
 
-@pytest.mark.parametrize(("suite", "vector"), _cases())
+@pytest.mark.parametrize(("suite", "vector"), _cases("cpp"))
 def test_cpp_reaches_the_vector_verdict(suite, vector, cpp_verdicts):
     verdict = cpp_verdicts[suite][vector["name"]]
     assert _comparable(verdict) == _expected(suite, vector, "cpp"), verdict

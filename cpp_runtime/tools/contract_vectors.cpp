@@ -154,6 +154,36 @@ json run_vector(const std::string& suite, const json& vector) {
       return {{"cpus", cpus},
               {"intra_op_threads", aoti_runner::intra_op_threads_for(cpus, vector.at("server_instances"), 1)}};
     }
+    if (suite == "triton_names") {
+      if (vector.contains("spec")) {
+        const auto spec = spec_of(vector);
+        const auto names = [](const std::vector<aoti_runner::TensorSpec>& tensors, size_t count, const char* prefix) {
+          json result = json::array();
+          for (size_t i = 0; i < count; ++i) {
+            result.push_back(aoti_triton::served_name(tensors, i, prefix));
+          }
+          return result;
+        };
+        return {{"inputs", names(spec.inputs, spec.inputs.size(), aoti_triton::kInputPrefix)},
+                {"outputs", names(spec.outputs, vector.value("outputs_returned", spec.outputs.size()),
+                                  aoti_triton::kOutputPrefix)}};
+      }
+      // The parameters as config.pbtxt holds them, read as the backend reads them.
+      json parameters = json::object();
+      for (const auto& [key, value] : vector.at("parameters").items()) {
+        parameters[key] = {{"string_value", value}};
+      }
+      try {
+        const auto config = aoti_triton::parse_model_config({{"name", "m"}, {"parameters", parameters}});
+        const auto key = config.parameters.find("trusted_key");
+        return {{"intra_op_threads", config.parameters.count("intra_op_threads")
+                                         ? json(aoti_triton::intra_op_threads(config, 1, 1))
+                                         : json(nullptr)},
+                {"trusted_key", key == config.parameters.end() ? json(nullptr) : json(key->second)}};
+      } catch (const RunnerError& e) {
+        return {{"error", "refused"}, {"message", e.what()}};
+      }
+    }
     if (suite == "spec") {
       const auto spec = aoti_runner::spec_from_metadata(metadata_of(vector.at("metadata")), "vector");
       auto document = aoti_runner::spec_to_document(spec);
@@ -344,8 +374,8 @@ json run_vector(const std::string& suite, const json& vector) {
 int main(int argc, char** argv) {
   if (argc != 3) {
     std::cerr << "usage: contract_vectors SUITE FILE, SUITE one of spec, preflight, validation, random, comparison, "
-                 "tolerances, dtypes, signatures, batching, triton_types, archive_names, json_depth, input_shape, "
-                 "check_plan, cpu_budget\n";
+                 "tolerances, dtypes, signatures, batching, triton_types, triton_names, archive_names, json_depth, "
+                 "input_shape, check_plan, cpu_budget\n";
     return 2;
   }
   try {
