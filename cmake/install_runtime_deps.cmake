@@ -61,10 +61,9 @@ function(aoti_deploy_install_runtime)
   if(NOT arg_RUNPATH)
     # Both folders hang from the same prefix; any root stands in for it.
     file(RELATIVE_PATH _relative "/${arg_DESTINATION}" "/${arg_LIBRARY_DESTINATION}")
-    if(_relative STREQUAL "")
-      set(arg_RUNPATH "$ORIGIN")
-    else()
-      set(arg_RUNPATH "$ORIGIN/${_relative}")
+    set(arg_RUNPATH "$ORIGIN")
+    if(NOT _relative STREQUAL "")
+      string(APPEND arg_RUNPATH "/${_relative}")
     endif()
   endif()
   # file(GET_RUNTIME_DEPENDENCIES) reads executables, shared libraries and dlopen()ed

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -23,8 +22,10 @@
 #include "aoti_package.h"
 #include "bench.h"
 #include "bundle.h"
+#include "check_plan.h"
 #include "cpu_budget.h"
 #include "errors.h"
+#include "input_shape.h"
 #include "op_libraries.h"
 #include "package_file.h"
 #include "preflight.h"
@@ -210,40 +211,6 @@ int64_t parse_count(const std::string& flag, const std::string& value, int64_t l
   return static_cast<int64_t>(parsed);
 }
 
-// "4,3,16,16" -> {4, 3, 16, 16}; "" is a 0-d tensor. The same rules and words as
-// python/aoti_deploy/cli/parsing.py's parse_shape.
-std::vector<int64_t> parse_shape(const std::string& text) {
-  std::vector<int64_t> shape;
-  if (text.find_first_not_of(" \t") == std::string::npos) {
-    return shape;
-  }
-  const std::string quoted = "'" + text + "'";
-  size_t start = 0;
-  while (true) {
-    const auto comma = text.find(',', start);
-    const auto part = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    size_t used = 0;
-    int64_t size = 0;
-    try {
-      size = std::stoll(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || part.find_first_not_of(" \t", used) != std::string::npos) {
-      throw aoti_runner::RunnerError("--input-shape " + quoted +
-                                     ": expected comma-separated sizes, e.g. 1,3,224,224");
-    }
-    if (size < 0) {
-      throw aoti_runner::RunnerError("--input-shape " + quoted + ": sizes must be >= 0");
-    }
-    shape.push_back(size);
-    if (comma == std::string::npos) {
-      return shape;
-    }
-    start = comma + 1;
-  }
-}
-
 // The folder of this executable (the build folder, or where it was installed).
 std::string runner_dir() {
   std::error_code ec;
@@ -308,7 +275,7 @@ Options parse_args(int argc, char** argv) {
       if (!options.input_shapes) {
         options.input_shapes.emplace();
       }
-      options.input_shapes->push_back(parse_shape(take_value(argc, argv, i)));
+      options.input_shapes->push_back(aoti_runner::parse_shape(take_value(argc, argv, i)));
     } else if (arg == "--outputs") {
       options.outputs = take_value(argc, argv, i);
     } else if (arg == "--expected") {
@@ -380,17 +347,6 @@ Options parse_args(int argc, char** argv) {
   return options;
 }
 
-// One check of the outputs: its name, what the references are called, the
-// references, and the rule.
-struct Check {
-  std::string name;
-  std::string reference_name;
-  std::vector<at::Tensor> references;
-  aoti_runner::Tolerance tolerance;
-};
-
-// The checks the options ask for (the same plan as run_inference's), each printed
-// as report lines and a verdict line, then the overall PASSED or FAILED.
 // The reference files, read before the package runs: a bad one is refused before any
 // output is written.
 struct References {
@@ -398,28 +354,18 @@ struct References {
   std::vector<at::Tensor> eager;
 };
 
+// The checks the options ask for (plan_checks, the same plan as run_inference's), each
+// printed as report lines and a verdict line, then the overall PASSED or FAILED.
 int verify_outputs(const Options& options, const aoti_runner::PackageSpec& spec, const References& references,
                    const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
   using namespace aoti_runner;
   const bool overridden = options.bitwise || options.max_ulp || options.rtol || options.atol;
-  const auto override_or = [&](const Tolerance& fallback) {
-    return tolerance_from_options(options.bitwise, options.max_ulp, options.rtol, options.atol,
-                                  fallback);
-  };
-  std::vector<Check> checks;
-  if (!options.expected.empty()) {
-    const bool override_here = overridden && options.eager_reference.empty();
-    checks.push_back({"runtime parity", "expected", references.expected,
-                      override_here ? override_or(Tolerance{}) : Tolerance{}});
-  }
-  if (!options.eager_reference.empty()) {
-    const auto recorded = spec.eager_check.value_or(Tolerance{Rule::kClose, 0, {}, {}});
-    checks.push_back({"compiled vs eager", "eager", references.eager,
-                      override_or(recorded)});
-  }
-  if (checks.empty() && spec.is_identity) {
-    checks.push_back({"identity", "input", inputs, override_or(Tolerance{})});
-  }
+  const auto override_rule =
+      overridden ? std::optional<Tolerance>(tolerance_from_options(options.bitwise, options.max_ulp, options.rtol,
+                                                                   options.atol, Tolerance{}))
+                 : std::nullopt;
+  const auto checks = plan_checks(!options.expected.empty(), !options.eager_reference.empty(), spec.is_identity,
+                                  spec.eager_check, override_rule);
   if (checks.empty()) {
     std::cout << "verify: skipped (the package does not declare an identity model; pass "
                  "--expected FILE or --eager-reference FILE)\nDONE\n";
@@ -427,16 +373,19 @@ int verify_outputs(const Options& options, const aoti_runner::PackageSpec& spec,
   }
   bool passed = true;
   for (const auto& check : checks) {
-    if (outputs.size() != check.references.size()) {
+    const auto& compared = check.references == CheckReferences::kExpected ? references.expected
+                           : check.references == CheckReferences::kEager  ? references.eager
+                                                                          : inputs;
+    if (outputs.size() != compared.size()) {
       std::cout << check.name << ": the package returned " << outputs.size()
-                << " output(s), but there are " << check.references.size() << " "
+                << " output(s), but there are " << compared.size() << " "
                 << check.reference_name << " tensor(s) to compare with\n";
       passed = false;
       continue;
     }
     std::vector<Comparison> comparisons;
     for (size_t i = 0; i < outputs.size(); ++i) {
-      comparisons.push_back(compare(outputs[i], check.references[i], check.tolerance));
+      comparisons.push_back(compare(outputs[i], compared[i], check.tolerance));
       std::cout << "verify: output[" << i << "] vs " << check.reference_name << "[" << i << "] ("
                 << comparisons.back().rule() << "): " << comparisons.back().line() << "\n";
     }

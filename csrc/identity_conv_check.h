@@ -62,6 +62,15 @@ inline void check_identity_conv_out(const at::Tensor& x, const at::Tensor& out, 
   at::assert_no_overlap(out, x);
 }
 
+// The out= variant's checks for the kernel of one device: check_identity_conv_out,
+// then that x is on the kernel's device ("CPU" or "CUDA", which names both).
+inline void check_identity_conv_out_on(const at::Tensor& x, const at::Tensor& out, at::DeviceType device,
+                                       const char* kernel) {
+  check_identity_conv_out(x, out, "my_ops::identity_conv_op_out");
+  TORCH_CHECK(x.device().type() == device,
+              "my_ops::identity_conv_op_out (", kernel, " kernel): expected ", kernel, " tensors, got ", x.device());
+}
+
 // Bit-exact copy of any-strided `x` into `out` (same shape and dtype, any strides),
 // done as an integer copy so the values are never interpreted as floats.
 // Works on any device: TensorIterator runs it on the current stream.

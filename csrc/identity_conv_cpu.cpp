@@ -37,9 +37,7 @@ at::Tensor identity_conv_cpu(const at::Tensor& x) {
 }
 
 void identity_conv_out_cpu(const at::Tensor& x, const at::Tensor& out) {
-  check_identity_conv_out(x, out, "my_ops::identity_conv_op_out");
-  TORCH_CHECK(x.device().is_cpu(),
-              "my_ops::identity_conv_op_out (CPU kernel): expected CPU tensors, got ", x.device());
+  check_identity_conv_out_on(x, out, at::kCPU, "CPU");
   if (x.numel() > 0) {
     strided_bit_copy(out, x);
   }

@@ -68,9 +68,7 @@ at::Tensor identity_conv_cuda(const at::Tensor& x) {
 }
 
 void identity_conv_out_cuda(const at::Tensor& x, const at::Tensor& out) {
-  check_identity_conv_out(x, out, "my_ops::identity_conv_op_out");
-  TORCH_CHECK(x.device().is_cuda(),
-              "my_ops::identity_conv_op_out (CUDA kernel): expected CUDA tensors, got ", x.device());
+  check_identity_conv_out_on(x, out, at::kCUDA, "CUDA");
   const c10::cuda::CUDAGuard device_guard(x.device());
   if (x.numel() > 0) {
     // TensorIterator's copy runs on the current stream.

@@ -10,11 +10,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# VENV and BUILD_DIR may be given relative to the current folder.
-abs_path() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
-export VENV="$(abs_path "${VENV:-$ROOT/.venv-cuda}")"
-export BUILD_DIR="$(abs_path "${BUILD_DIR:-$ROOT/build-cuda}")"
-export TORCH_SPEC="${TORCH_SPEC:-torch==2.14.1}"
+source "$ROOT/scripts/cuda_env.sh"
 export CMAKE_ARGS="-DAOTI_DEPLOY_CUDA=ON -DAOTI_DEPLOY_WERROR=ON ${CMAKE_ARGS:-}"
 
 if ! command -v nvcc >/dev/null; then

@@ -11,11 +11,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# VENV and BUILD_DIR may be given relative to the current folder.
-abs_path() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
-export VENV="$(abs_path "${VENV:-$ROOT/.venv-cuda}")"
-export BUILD_DIR="$(abs_path "${BUILD_DIR:-$ROOT/build-cuda}")"
-export TORCH_SPEC="${TORCH_SPEC:-torch==2.14.1}"
+source "$ROOT/scripts/cuda_env.sh"
 
 "$ROOT/scripts/check_cuda_build.sh"
 

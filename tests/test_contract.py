@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from aoti_deploy.errors import AotiDeployError
+from aoti_deploy.errors import AotiDeployError, InputError
 from aoti_deploy.package.dtypes import NAMES, dtype_name
 from aoti_deploy.package.spec import OpRef, PackageSpec, SpecError, parse_document
 from aoti_deploy.runtime.preflight import HostFacts, check_required_symbols, check_runs_here
@@ -42,6 +42,13 @@ SUITES = {
     # Untrusted archives and JSON: the zip entry-name rule, and the nesting limit.
     "archive_names": "archive_name_vectors.json",
     "json_depth": "json_depth_vectors.json",
+    # The command line's rules: the --input-shape text, and which checks run under which rule.
+    "input_shape": "input_shape_vectors.json",
+    "check_plan": "check_plan_vectors.json",
+    # The CPU budget: the C++ side reads the cgroup tree, the Python side sizes pods by its threads.
+    "cpu_budget": "cpu_budget_vectors.json",
+    # Triton's tensor names and config parameters: what triton_repository writes, the backend reads.
+    "triton_names": "triton_name_vectors.json",
 }
 _INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -50,8 +57,11 @@ def _vectors(suite: str) -> list[dict]:
     return json.loads((CONTRACT / SUITES[suite]).read_text())["vectors"]
 
 
-def _cases() -> list:
-    return [pytest.param(suite, v, id=f"{suite}-{v['name']}") for suite in SUITES for v in _vectors(suite)]
+def _cases(runtime: str) -> list:
+    """Every vector, but for Python those of a hand-written Triton config: no option of
+    the Python writer makes one, and only the backend reads them."""
+    return [pytest.param(suite, v, id=f"{suite}-{v['name']}") for suite in SUITES for v in _vectors(suite)
+            if runtime == "cpp" or "hand_written" not in v]
 
 
 @pytest.fixture(scope="session")
@@ -180,6 +190,24 @@ def _python_verdict(suite: str, vector: dict) -> object:
             except JsonTextError as error:
                 return "too_deep" if "levels deep" in str(error) else "not_json"
             return "ok"
+        if suite == "input_shape":
+            from aoti_deploy.runtime.input_shape import parse_shape
+
+            try:
+                return {"shape": list(parse_shape(vector["text"]))}
+            except InputError as error:
+                return {"message": str(error)}
+        if suite == "check_plan":
+            return _check_plan_verdict(vector)
+        if suite == "cpu_budget":
+            from aoti_deploy.serve.kubernetes import cpu_budget, default_intra_op_threads
+
+            cpus, instances = vector["expect"]["cpus"], vector["server_instances"]
+            threads = default_intra_op_threads(cpus, instances)
+            assert cpu_budget(instances, cpu_limit=cpus).intra_op_threads == threads
+            return {"intra_op_threads": threads}
+        if suite == "triton_names":
+            return _triton_names_verdict(vector)
         if suite == "dtypes":
             name = vector["name"]
             if name not in NAMES:
@@ -189,6 +217,38 @@ def _python_verdict(suite: str, vector: dict) -> object:
         assert error.kind, f"an error without a kind: {error}"
         return {"error": error.kind}
     raise AssertionError(f"unknown suite {suite}")
+
+
+def _check_plan_verdict(vector: dict) -> list[dict]:
+    """The checks plan_checks makes for the vector's references, rule and options."""
+    from aoti_deploy.verify.tolerance import plan_checks, tolerance_from_options
+
+    recorded = vector["recorded"]
+    if recorded is not None:
+        recorded = parse_document({"schema_version": 2, "inputs": [], "eager_check": recorded}).eager_check
+    checks = plan_checks(
+        expected=[] if "expected" in vector["given"] else None, eager=[] if "eager" in vector["given"] else None,
+        inputs=[], is_identity=vector["is_identity"], recorded=recorded,
+        override=tolerance_from_options(**vector["options"], default=None),
+    )
+    return [{"check": c.name, "references": c.reference_name, "rule": c.tolerance.to_document()} for c in checks]
+
+
+def _triton_names_verdict(vector: dict) -> object:
+    """A spec's served names, or the parameters the writer puts in config.pbtxt."""
+    from aoti_deploy.serve.triton_repository import INPUT_PREFIX, OUTPUT_PREFIX, served_name, triton_config
+
+    if "spec" in vector:
+        spec = parse_document(vector["spec"])
+        outputs = vector.get("outputs_returned", len(spec.outputs))
+        return {"inputs": [served_name(spec.inputs, i, INPUT_PREFIX) for i in range(len(spec.inputs))],
+                "outputs": [served_name(spec.outputs, k, OUTPUT_PREFIX) for k in range(outputs)]}
+    spec = parse_document({"schema_version": 2, "inputs": [{"dtype": "float32", "dims": [{"min": 2, "max": 2}]}],
+                           "outputs": [{"dtype": "float32", "dims": [{"min": 2, "max": 2}]}]})
+    try:
+        return dict(triton_config(spec, "model", **vector["options"]).parameters)
+    except AotiDeployError:
+        return {"error": "refused"}
 
 
 def _signature_verdict(vector: dict) -> object:
@@ -211,6 +271,10 @@ def _expected(suite: str, vector: dict, runtime: str) -> object:
         return {"rtol": rtol, "atol": atol}
     if suite == "triton_types":
         return vector["triton"]
+    if suite == "cpu_budget" and runtime == "python":
+        return {"intra_op_threads": vector["expect"]["intra_op_threads"]}
+    if suite == "triton_names" and runtime == "python" and "parameters" in vector and "error" not in vector["expect"]:
+        return vector["parameters"]  # what the writer writes, which the backend reads as "expect"
     if suite == "dtypes":
         return {"name": vector["name"]} if runtime == "python" else {"name": vector["name"], "scalar_type": vector["scalar_type"]}
     expect = vector["expect"]
@@ -227,12 +291,12 @@ def _comparable(verdict: object) -> object:
     return verdict
 
 
-@pytest.mark.parametrize(("suite", "vector"), _cases())
+@pytest.mark.parametrize(("suite", "vector"), _cases("python"))
 def test_python_reaches_the_vector_verdict(suite, vector):
     assert _python_verdict(suite, vector) == _expected(suite, vector, "python")
 
 
-@pytest.mark.parametrize(("suite", "vector"), _cases())
+@pytest.mark.parametrize(("suite", "vector"), _cases("cpp"))
 def test_cpp_reaches_the_vector_verdict(suite, vector, cpp_verdicts):
     verdict = cpp_verdicts[suite][vector["name"]]
     assert _comparable(verdict) == _expected(suite, vector, "cpp"), verdict

@@ -2,19 +2,21 @@
 checked offline: every object against the Kubernetes API schemas that
 kubernetes-validate bundles, in strict mode, and the KServe InferenceService against
 a vendored subset of KServe's schema (tests/kserve/); a misspelt field fails both.
-The CPU rule: a fake cgroup file tree as the kubelet writes it for the manifest's CPU
-limit gives, read as cpu_budget.cpp reads it, the threads the manifest records."""
+The CPU rule: a made-up cgroup tree as the kubelet writes it for the manifest's CPU
+limit gives, read by cpp_runtime/core/cpu_budget.cpp itself, the threads the manifest
+records."""
 
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
+
+from conftest import Build, run_cmd
 
 from aoti_deploy.cli.main import app as cli_app
 from aoti_deploy.errors import AotiDeployError
@@ -251,57 +253,39 @@ def test_the_budget_counts_every_model_the_server_loads(tmp_path: Path) -> None:
     assert (budget.server_instances, budget.cpus) == (3, 4)
 
 
-def cgroup_cpus(proc_self_cgroup: str, root: Path, affinity: int) -> int:
-    """usable_cpus() of cpp_runtime/core/cpu_budget.cpp, over a fake tree: the
-    tightest quota on the path from the process's cgroup up to the root (v2 cpu.max,
-    v1 cpu.cfs_quota_us / cpu.cfs_period_us), rounded up, capping the affinity count."""
-    tightest = None
-    for line in proc_self_cgroup.splitlines():
-        _, controllers, path = line.split(":", 2)
-        v2 = controllers == ""
-        if not v2 and "cpu" not in controllers.split(","):
-            continue
-        while True:
-            if v2:
-                words = (root / path.lstrip("/") / "cpu.max").read_text().split() \
-                    if (root / path.lstrip("/") / "cpu.max").exists() else []
-            else:
-                base = root / "cpu" / path.lstrip("/")
-                words = [(base / "cpu.cfs_quota_us").read_text().strip(), (base / "cpu.cfs_period_us").read_text()
-                         .strip()] if (base / "cpu.cfs_quota_us").exists() else []
-            if len(words) == 2 and words[0] not in ("max", "-1"):
-                quota = int(words[0]) / int(words[1])
-                tightest = quota if tightest is None else min(tightest, quota)
-            if path in ("", "/"):
-                break
-            path = path.rsplit("/", 1)[0] or "/"
-    return affinity if tightest is None else min(affinity, max(1, math.ceil(tightest)))
-
-
-def kubelet_tree(root: Path, cpu_limit: str, version: int) -> str:
+def kubelet_tree(cpu_limit: str, version: int) -> tuple[str, dict[str, str]]:
     """The cgroup files the kubelet writes for a container with ``cpu_limit`` (quota =
     millicores x period / 1000, period 100 ms) under a pod and a node without quotas,
-    and the container's /proc/self/cgroup line."""
+    by path below the cgroup mount, and the container's /proc/self/cgroup text."""
     millicores = int(cpu_limit[:-1]) if cpu_limit.endswith("m") else int(float(cpu_limit) * 1000)
     quota = millicores * 100_000 // 1000
     container = "kubepods.slice/kubepods-pod1.slice/cri-containerd-1.scope"
-    levels = ["", "kubepods.slice", "kubepods.slice/kubepods-pod1.slice", container]
-    for level in levels:
+    files = {}
+    for level in ["", "kubepods.slice", "kubepods.slice/kubepods-pod1.slice", container]:
         if version == 2:
-            directory = root / level
-            directory.mkdir(parents=True, exist_ok=True)
-            (directory / "cpu.max").write_text(f"{quota if level == container else 'max'} 100000\n")
+            files[str(Path(level, "cpu.max"))] = f"{quota if level == container else 'max'} 100000\n"
         else:
-            directory = root / "cpu" / level
-            directory.mkdir(parents=True, exist_ok=True)
-            (directory / "cpu.cfs_quota_us").write_text(f"{quota if level == container else -1}\n")
-            (directory / "cpu.cfs_period_us").write_text("100000\n")
-    return f"0::/{container}\n" if version == 2 else f"12:memory:/{container}\n4:cpu,cpuacct:/{container}\n"
+            files[str(Path("cpu", level, "cpu.cfs_quota_us"))] = f"{quota if level == container else -1}\n"
+            files[str(Path("cpu", level, "cpu.cfs_period_us"))] = "100000\n"
+    membership = f"0::/{container}\n" if version == 2 else f"12:memory:/{container}\n4:cpu,cpuacct:/{container}\n"
+    return membership, files
+
+
+def backend_budget(build: Build, tmp_path: Path, membership: str, files: dict[str, str], instances: int) -> dict:
+    """The CPUs and default intra-op threads the aoti backend takes in that cgroup tree,
+    on a 64-CPU node: cpp_runtime/core/cpu_budget.cpp itself, through the contract tool
+    (tests/contract/cpu_budget_vectors.json pins the rule)."""
+    vectors = tmp_path / "cgroup_vector.json"
+    vectors.write_text(json.dumps({"vectors": [{"name": "pod", "membership": membership, "files": files,
+                                                "affinity": 64, "server_instances": instances}]}))
+    result = run_cmd(build.dir / "contract_vectors", "cpu_budget", vectors)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["pod"]
 
 
 @pytest.mark.parametrize("version", [2, 1], ids=["cgroup-v2", "cgroup-v1"])
 @pytest.mark.parametrize(("instances", "threads"), [(1, 1), (2, 1), (2, 3), (4, 2)])
-def test_the_containers_cgroup_cpu_limit_sets_the_default_thread_count(tmp_path: Path, version: int,
+def test_the_containers_cgroup_cpu_limit_sets_the_default_thread_count(build: Build, tmp_path: Path, version: int,
                                                                        instances: int, threads: int) -> None:
     """The manifest's CPU limit, written into a cgroup tree as the kubelet does, read
     back as the backend does on a 64-CPU node, gives the backend's default threads:
@@ -310,18 +294,11 @@ def test_the_containers_cgroup_cpu_limit_sets_the_default_thread_count(tmp_path:
     (container,) = manifests.objects["deployment.yaml"]["spec"]["template"]["spec"]["containers"]
     limit = container["resources"]["limits"]["cpu"]
     assert container["resources"]["requests"]["cpu"] == limit  # Guaranteed QoS: no bursting past the budget
-    cgroup = kubelet_tree(tmp_path / "sys-fs-cgroup", limit, version)
-    cpus = cgroup_cpus(cgroup, tmp_path / "sys-fs-cgroup", affinity=64)
-    assert cpus == int(limit) == instances * threads + 1
-    assert default_intra_op_threads(cpus, instances) == threads == manifests.budget.intra_op_threads
-    assert manifests.budget == CpuBudget(cpus, instances, threads, explicit_threads=True)
-
-
-def test_a_fractional_quota_rounds_up_as_the_backend_does(tmp_path: Path) -> None:
-    # Why --cpu-limit takes whole CPUs: 2500m reads as 3 CPUs, 2 threads on 2.5 CPUs of quota.
-    cgroup = kubelet_tree(tmp_path, "2500m", 2)
-    assert cgroup_cpus(cgroup, tmp_path, affinity=64) == 3
-    assert cgroup_cpus("0::/\n", tmp_path / "none", affinity=6) == 6  # no quota: the affinity mask
+    budget = backend_budget(build, tmp_path, *kubelet_tree(limit, version), instances)
+    assert budget["cpus"] == int(limit) == instances * threads + 1
+    assert budget["intra_op_threads"] == default_intra_op_threads(budget["cpus"], instances) == threads
+    assert threads == manifests.budget.intra_op_threads
+    assert manifests.budget == CpuBudget(budget["cpus"], instances, threads, explicit_threads=True)
 
 
 # --- the command line ----------------------------------------------------------------------

@@ -25,15 +25,16 @@ std::optional<double> quota_cpus(const std::string& quota, const std::string& pe
   return std::nullopt;
 }
 
-// The tightest quota on the path from this process's cgroup up to the root.
-std::optional<double> cgroup_quota_cpus() {
+}  // namespace
+
+std::optional<double> cgroup_quota_cpus(const std::string& membership_text, const std::string& root) {
   std::optional<double> tightest;
   const auto keep = [&](std::optional<double> cpus) {
     if (cpus && (!tightest || *cpus < *tightest)) {
       tightest = cpus;
     }
   };
-  std::ifstream membership("/proc/self/cgroup");
+  std::istringstream membership(membership_text);
   std::string line;
   while (std::getline(membership, line)) {
     // "0::/path" (v2) or "N:cpu,cpuacct:/path" (v1).
@@ -56,14 +57,14 @@ std::optional<double> cgroup_quota_cpus() {
     }
     for (;;) {
       if (v2) {
-        std::ifstream file("/sys/fs/cgroup" + path + "/cpu.max");
+        std::ifstream file(root + path + "/cpu.max");
         std::string quota, period;
         if (file >> quota >> period) {
           keep(quota_cpus(quota, period));
         }
       } else {
-        std::ifstream quota_file("/sys/fs/cgroup/cpu" + path + "/cpu.cfs_quota_us");
-        std::ifstream period_file("/sys/fs/cgroup/cpu" + path + "/cpu.cfs_period_us");
+        std::ifstream quota_file(root + "/cpu" + path + "/cpu.cfs_quota_us");
+        std::ifstream period_file(root + "/cpu" + path + "/cpu.cfs_period_us");
         std::string quota, period;
         if (quota_file >> quota && period_file >> period) {
           keep(quota_cpus(quota, period));
@@ -79,22 +80,25 @@ std::optional<double> cgroup_quota_cpus() {
   return tightest;
 }
 
-}  // namespace
-
-int usable_cpus() {
-  int cpus = 0;
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
-    cpus = CPU_COUNT(&allowed);
-  }
-  if (cpus < 1) {
-    cpus = 1;
-  }
-  if (const auto quota = cgroup_quota_cpus()) {
+int usable_cpus(int affinity, std::optional<double> quota) {
+  int cpus = std::max(1, affinity);
+  if (quota) {
     cpus = std::min(cpus, std::max(1, static_cast<int>(std::ceil(*quota))));
   }
   return cpus;
+}
+
+int usable_cpus() {
+  int affinity = 0;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0) {
+    affinity = CPU_COUNT(&allowed);
+  }
+  std::ifstream file("/proc/self/cgroup");
+  std::stringstream membership;
+  membership << file.rdbuf();
+  return usable_cpus(affinity, cgroup_quota_cpus(membership.str(), "/sys/fs/cgroup"));
 }
 
 int intra_op_threads_for(int cpus, int64_t serving_threads, int reserved) {

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
 namespace aoti_runner {
 
@@ -11,6 +13,14 @@ namespace aoti_runner {
 // its cgroup and every parent (cgroup v2 cpu.max, v1 cpu.cfs_quota_us), rounded up;
 // at least 1. std::thread::hardware_concurrency counts the machine's CPUs instead.
 int usable_cpus();
+
+// The parts of usable_cpus, apart so that tests/contract/cpu_budget_vectors.json can
+// run them on a made-up tree. The tightest CPU quota in CPUs on the path from the
+// process's cgroup up to the root, or nullopt for none: `membership` is the text of
+// /proc/self/cgroup, `root` where the cgroup file system is mounted (/sys/fs/cgroup).
+std::optional<double> cgroup_quota_cpus(const std::string& membership, const std::string& root);
+// `affinity` CPUs capped by `quota` rounded up; at least 1.
+int usable_cpus(int affinity, std::optional<double> quota);
 
 // Intra-op threads for each of `serving_threads` threads that run models at once, on
 // `cpus` CPUs of which `reserved` are left to the process's other work (a server's

@@ -36,24 +36,39 @@ const std::vector<Entry>& table() {
   return entries;
 }
 
+// The first entry that `matches`, or nullptr.
+template <typename Match>
+const Entry* find_entry(Match matches) {
+  for (const auto& entry : table()) {
+    if (matches(entry)) {
+      return &entry;
+    }
+  }
+  return nullptr;
+}
+
+// The names of the entries that `match`, in table order.
+template <typename Match>
+std::vector<std::string> names_of(Match matches) {
+  std::vector<std::string> names;
+  for (const auto& entry : table()) {
+    if (matches(entry)) {
+      names.push_back(entry.name);
+    }
+  }
+  return names;
+}
+
 }  // namespace
 
 std::optional<c10::ScalarType> dtype_from_name(const std::string& name) {
-  for (const auto& entry : table()) {
-    if (entry.name == name) {
-      return entry.dtype;
-    }
-  }
-  return std::nullopt;
+  const auto* entry = find_entry([&](const Entry& e) { return e.name == name; });
+  return entry ? std::optional(entry->dtype) : std::nullopt;
 }
 
 std::string dtype_name(c10::ScalarType dtype) {
-  for (const auto& entry : table()) {
-    if (entry.dtype == dtype) {
-      return entry.name;
-    }
-  }
-  return c10::toString(dtype);
+  const auto* entry = find_entry([&](const Entry& e) { return e.dtype == dtype; });
+  return entry ? entry->name : c10::toString(dtype);
 }
 
 bool is_export_dtype(const std::string& name) {
@@ -66,39 +81,21 @@ bool is_integer_dtype(const std::string& name) {
 }
 
 std::vector<std::string> dtype_names() {
-  std::vector<std::string> names;
-  for (const auto& entry : table()) {
-    names.push_back(entry.name);
-  }
-  return names;
+  return names_of([](const Entry&) { return true; });
 }
 
 std::optional<std::string> triton_type(const std::string& name) {
-  for (const auto& entry : table()) {
-    if (entry.name == name) {
-      return entry.triton ? std::optional<std::string>(entry.triton) : std::nullopt;
-    }
-  }
-  return std::nullopt;
+  const auto* entry = find_entry([&](const Entry& e) { return e.name == name; });
+  return entry && entry->triton ? std::optional<std::string>(entry->triton) : std::nullopt;
 }
 
 std::optional<std::string> dtype_of_triton_type(const std::string& triton) {
-  for (const auto& entry : table()) {
-    if (entry.triton && triton == entry.triton) {
-      return std::string(entry.name);
-    }
-  }
-  return std::nullopt;
+  const auto* entry = find_entry([&](const Entry& e) { return e.triton && triton == e.triton; });
+  return entry ? std::optional<std::string>(entry->name) : std::nullopt;
 }
 
 std::vector<std::string> triton_servable_names() {
-  std::vector<std::string> names;
-  for (const auto& entry : table()) {
-    if (entry.triton) {
-      names.push_back(entry.name);
-    }
-  }
-  return names;
+  return names_of([](const Entry& e) { return e.triton != nullptr; });
 }
 
 }  // namespace aoti_runner

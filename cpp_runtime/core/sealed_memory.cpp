@@ -2,6 +2,7 @@
 
 #include "digest.h"
 #include "errors.h"
+#include "file_descriptor.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -15,14 +16,6 @@
 namespace aoti_runner {
 namespace {
 
-// Closes a file descriptor on scope exit.
-struct Descriptor {
-  int fd = -1;
-  ~Descriptor() {
-    if (fd >= 0) close(fd);
-  }
-};
-
 [[noreturn]] void io_failed(const std::string& what, const std::string& path) {
   throw RunnerError("could not " + what + " " + path + ": " + std::strerror(errno));
 }
@@ -33,7 +26,7 @@ std::string read_regular_file(const std::string& source, int copy_to, const std:
                               uint64_t& bytes) {
   // O_NOFOLLOW + O_NONBLOCK + fstat: what is read is a regular file, even if the name
   // was swapped for a link or a FIFO after the layout was checked.
-  Descriptor in{open(source.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)};
+  FileDescriptor in{open(source.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)};
   struct stat info {};
   if (in.fd < 0 || fstat(in.fd, &info) != 0) io_failed("open", source);
   if (!S_ISREG(info.st_mode)) {

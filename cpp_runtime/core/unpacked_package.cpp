@@ -1,6 +1,7 @@
 #include "unpacked_package.h"
 
 #include "errors.h"
+#include "file_descriptor.h"
 #include "zip_archive.h"
 
 #include <fcntl.h>
@@ -17,14 +18,6 @@
 
 namespace aoti_runner {
 namespace {
-
-// Closes a file descriptor on scope exit.
-struct Descriptor {
-  int fd = -1;
-  ~Descriptor() {
-    if (fd >= 0) close(fd);
-  }
-};
 
 bool starts_with(const std::string& text, const std::string& prefix) {
   return text.compare(0, prefix.size(), prefix) == 0;
@@ -54,7 +47,7 @@ void make_parents(const std::string& root, const std::string& relative) {
 }  // namespace
 
 UnpackedPackage::UnpackedPackage(const std::string& path, const std::string& shown, const std::string& model_name) {
-  Descriptor in{open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  FileDescriptor in{open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   struct stat info {};
   if (in.fd < 0 || fstat(in.fd, &info) != 0) {
     throw RunnerError("could not open the AOTI package " + shown + ": " + std::strerror(errno), "not_found");
@@ -102,7 +95,7 @@ UnpackedPackage::UnpackedPackage(const std::string& path, const std::string& sho
       make_parents(dir_, target);
       const auto written = dir_ + "/" + target;
       // O_EXCL: two entries that would land on one file are refused, not overwritten.
-      Descriptor out{open(written.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)};
+      FileDescriptor out{open(written.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)};
       if (out.fd < 0) {
         throw RunnerError("could not unpack " + entry.name + " of the AOTI package " + shown + " to " + written +
                               ": " + std::strerror(errno),

@@ -1,7 +1,7 @@
 // Zip archives from untrusted files (tensor files, .pt2 packages), checked before
 // libtorch's zip reader (miniz) sees them: that reader trusts declared sizes, offsets
 // and entry paths. Pairs with python/aoti_deploy/package/zip_check.py; the entry-name
-// rule is pinned by tests/contract/archive_vectors.json.
+// rule is pinned by tests/contract/archive_name_vectors.json.
 #pragma once
 
 #include <cstdint>

@@ -2,8 +2,11 @@
 // through the runner core and prints {"name": verdict, ...} as JSON. The pytest side
 // (tests/test_contract.py) runs the same vectors through the Python modules and
 // checks both against each vector's expected verdict. No Python in this process.
+#include "check_plan.h"
+#include "cpu_budget.h"
 #include "dtypes.h"
 #include "errors.h"
+#include "input_shape.h"
 #include "json_text.h"
 #include "model_config.h"
 #include "package_spec.h"
@@ -19,11 +22,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
-#include <optional>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -80,8 +84,106 @@ json bits_of(const at::Tensor& tensor) {
   return bits;
 }
 
+// A rule given as the spec's eager_check entry, read as package_spec.cpp reads it.
+aoti_runner::Tolerance tolerance_of(const json& document) {
+  return *aoti_runner::parse_spec_document(
+              {{"schema_version", 2}, {"inputs", json::array()}, {"eager_check", document}})
+              .eager_check;
+}
+
+// A made-up cgroup tree ({"relative/path": "contents"}) in a fresh temporary folder,
+// removed again when this goes out of scope.
+struct TemporaryTree {
+  std::filesystem::path root;
+  explicit TemporaryTree(const json& files) {
+    char pattern[] = "/tmp/contract_vectors_cgroup_XXXXXX";
+    if (mkdtemp(pattern) == nullptr) {
+      throw std::runtime_error("could not make a temporary folder");
+    }
+    root = pattern;
+    for (const auto& [name, text] : files.items()) {
+      std::filesystem::create_directories((root / name).parent_path());
+      std::ofstream(root / name) << text.get<std::string>();
+    }
+  }
+  ~TemporaryTree() {
+    std::error_code ec;
+    std::filesystem::remove_all(root, ec);
+  }
+};
+
 json run_vector(const std::string& suite, const json& vector) {
   try {
+    if (suite == "input_shape") {
+      try {
+        return {{"shape", aoti_runner::parse_shape(vector.at("text").get<std::string>())}};
+      } catch (const RunnerError& e) {
+        return {{"message", e.what()}};
+      }
+    }
+    if (suite == "check_plan") {
+      const auto& options = vector.at("options");
+      const auto number = [&](const char* key) {
+        return options.contains(key) ? std::optional<double>(options.at(key).get<double>()) : std::nullopt;
+      };
+      const bool bitwise = options.value("bitwise", false);
+      const auto max_ulp = options.contains("max_ulp") ? std::optional<int64_t>(options.at("max_ulp")) : std::nullopt;
+      const bool overridden = bitwise || max_ulp || number("rtol") || number("atol");
+      const auto override_rule =
+          overridden ? std::optional(aoti_runner::tolerance_from_options(bitwise, max_ulp, number("rtol"),
+                                                                         number("atol"), aoti_runner::Tolerance{}))
+                     : std::nullopt;
+      const auto recorded = vector.at("recorded").is_null() ? std::nullopt
+                                                            : std::optional(tolerance_of(vector.at("recorded")));
+      const auto& given = vector.at("given");
+      const auto has = [&](const char* name) { return std::find(given.begin(), given.end(), name) != given.end(); };
+      json plan = json::array();
+      for (const auto& check : aoti_runner::plan_checks(has("expected"), has("eager"), vector.at("is_identity"),
+                                                        recorded, override_rule)) {
+        plan.push_back({{"check", check.name},
+                        {"references", check.reference_name},
+                        {"rule", aoti_runner::tolerance_to_document(check.tolerance)}});
+      }
+      return plan;
+    }
+    if (suite == "cpu_budget") {
+      const TemporaryTree tree(vector.at("files"));
+      const int cpus = aoti_runner::usable_cpus(
+          vector.at("affinity"), aoti_runner::cgroup_quota_cpus(vector.at("membership"), tree.root.string()));
+      // The Triton backend's default: one CPU left to the server's own threads.
+      return {{"cpus", cpus},
+              {"intra_op_threads", aoti_runner::intra_op_threads_for(cpus, vector.at("server_instances"), 1)}};
+    }
+    if (suite == "triton_names") {
+      if (vector.contains("spec")) {
+        const auto spec = spec_of(vector);
+        const auto names = [](const std::vector<aoti_runner::TensorSpec>& tensors, size_t count, const char* prefix) {
+          json result = json::array();
+          for (size_t i = 0; i < count; ++i) {
+            result.push_back(aoti_triton::served_name(tensors, i, prefix));
+          }
+          return result;
+        };
+        return {{"inputs", names(spec.inputs, spec.inputs.size(), aoti_triton::kInputPrefix)},
+                {"outputs", names(spec.outputs, vector.value("outputs_returned", spec.outputs.size()),
+                                  aoti_triton::kOutputPrefix)}};
+      }
+      // The parameters as config.pbtxt holds them, read as the backend reads them.
+      json parameters = json::object();
+      for (const auto& [key, value] : vector.at("parameters").items()) {
+        parameters[key] = {{"string_value", value}};
+      }
+      try {
+        const auto config = aoti_triton::parse_model_config({{"name", "m"}, {"parameters", parameters}});
+        const auto key = config.parameters.find("trusted_key");
+        return {{"intra_op_threads", config.parameters.count("intra_op_threads")
+                                         ? json(aoti_triton::intra_op_threads(config, 1, 1))
+                                         : json(nullptr)},
+                {"trusted_key", key == config.parameters.end() ? json(nullptr) : json(key->second)}};
+      } catch (const RunnerError& e) {
+        return {{"error", "refused"}, {"message", e.what()}};
+      }
+    }
     if (suite == "spec") {
       const auto spec = aoti_runner::spec_from_metadata(metadata_of(vector.at("metadata")), "vector");
       auto document = aoti_runner::spec_to_document(spec);
@@ -149,15 +251,14 @@ json run_vector(const std::string& suite, const json& vector) {
     }
     if (suite == "comparison") {
       // The rule is written as the spec's eager_check entry.
-      const auto spec = aoti_runner::parse_spec_document(
-          {{"schema_version", 2}, {"inputs", json::array()}, {"eager_check", vector.at("tolerance")}});
+      const auto tolerance = tolerance_of(vector.at("tolerance"));
       std::vector<aoti_runner::Comparison> comparisons;
       json details = json::array();
       const auto& actual = vector.at("actual");
       const auto& expected = vector.at("expected");
       for (size_t i = 0; i < actual.size(); ++i) {
         comparisons.push_back(
-            aoti_runner::compare(tensor_of(actual[i]), tensor_of(expected[i]), *spec.eager_check));
+            aoti_runner::compare(tensor_of(actual[i]), tensor_of(expected[i]), tolerance));
         details.push_back(comparisons.back().rule() + ": " + comparisons.back().line());
       }
       const char* names[] = {"passed", "passed_within_tolerance", "failed"};
@@ -272,8 +373,9 @@ json run_vector(const std::string& suite, const json& vector) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    std::cerr << "usage: contract_vectors spec|preflight|validation|random|comparison|tolerances|dtypes|signatures|batching|triton_types "
-                 "FILE\n";
+    std::cerr << "usage: contract_vectors SUITE FILE, SUITE one of spec, preflight, validation, random, comparison, "
+                 "tolerances, dtypes, signatures, batching, triton_types, triton_names, archive_names, json_depth, "
+                 "input_shape, check_plan, cpu_budget\n";
     return 2;
   }
   try {

@@ -495,6 +495,22 @@ void fail_untracked(TRITONBACKEND_Request** requests, uint32_t from, uint32_t co
   }
 }
 
+// Hands a loaded state to the Triton object that keeps it until its Finalize.
+template <typename Object, typename State>
+void hand_state(TRITONSERVER_Error* (*set)(Object*, void*), Object* object, std::unique_ptr<State> state,
+                const char* what) {
+  check(set(object, state.get()), what);
+  state.release();
+}
+
+// Deletes the state a Triton object keeps: none when its Initialize failed.
+template <typename State, typename Object>
+void delete_state(TRITONSERVER_Error* (*get)(Object*, void**), Object* object, const char* what) {
+  void* state = nullptr;
+  check(get(object, &state), what);
+  delete static_cast<State*>(state);
+}
+
 }  // namespace
 }  // namespace aoti_triton
 
@@ -535,19 +551,16 @@ TRITONSERVER_Error* TRITONBACKEND_Finalize(TRITONBACKEND_Backend*) {
 TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
   return guarded(TRITONSERVER_ERROR_INVALID_ARG, [&] {
     auto state = load_model(model);
-    check(TRITONBACKEND_ModelSetState(model, state.get()), "storing the model's state");
     g_server_instances += state->config.instance_count;
-    state->counted = true;
-    state.release();
+    state->counted = true;  // and uncounted by its destructor, should Triton not take it
+    hand_state(TRITONBACKEND_ModelSetState, model, std::move(state), "storing the model's state");
   });
 }
 
 TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model) {
   // Called even when ModelInitialize failed, with no state set.
   return guarded(TRITONSERVER_ERROR_INTERNAL, [&] {
-    void* state = nullptr;
-    check(TRITONBACKEND_ModelState(model, &state), "reading the model's state");
-    delete static_cast<ModelState*>(state);
+    delete_state<ModelState>(TRITONBACKEND_ModelState, model, "reading the model's state");
     // What the model's threads freed goes back to the system: reloads stay flat.
     aoti_runner::release_free_memory();
   });
@@ -555,18 +568,15 @@ TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model) {
 
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelInstance* instance) {
   return guarded(TRITONSERVER_ERROR_INVALID_ARG, [&] {
-    auto state = load_instance(instance);
-    check(TRITONBACKEND_ModelInstanceSetState(instance, state.get()), "storing the instance's state");
-    state.release();
+    hand_state(TRITONBACKEND_ModelInstanceSetState, instance, load_instance(instance),
+               "storing the instance's state");
   });
 }
 
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(TRITONBACKEND_ModelInstance* instance) {
   // Called even when ModelInstanceInitialize failed, with no state set.
   return guarded(TRITONSERVER_ERROR_INTERNAL, [&] {
-    void* state = nullptr;
-    check(TRITONBACKEND_ModelInstanceState(instance, &state), "reading the instance's state");
-    delete static_cast<InstanceState*>(state);
+    delete_state<InstanceState>(TRITONBACKEND_ModelInstanceState, instance, "reading the instance's state");
   });
 }
 

@@ -1,7 +1,8 @@
 // A Triton model's config.pbtxt (as the JSON Triton hands a backend) and the backend's
 // own settings, read with nlohmann-json and checked against the package spec before
 // anything loads. The names and types follow python/aoti_deploy/serve/triton_repository.py,
-// which writes the config from the same spec.
+// which writes the config from the same spec; tests/contract/triton_name_vectors.json pins
+// the names and parameters on both sides.
 #pragma once
 
 #include "malloc_policy.h"

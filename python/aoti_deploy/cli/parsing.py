@@ -1,5 +1,6 @@
-"""Parsing of the CLIs' text options into the stage functions' values: shapes,
-dynamic dims and model arguments. Stage functions take the parsed values only."""
+"""Parsing of the CLIs' text options into the stage functions' values: dynamic dims
+and model arguments, and shapes (runtime/input_shape.py, which the C++ runner shares).
+Stage functions take the parsed values only."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable, Sequence
 
 from ..errors import InputError
 from ..models.user import DynamicDim
+from ..runtime.input_shape import parse_shape  # noqa: F401  (the commands import it from here)
 
 _POSITION = re.compile(r"^(\d+)\.(\d+)$")
 
@@ -69,17 +71,6 @@ def parse_input_values(texts: Sequence[str]) -> dict[int, tuple[int, int]]:
             raise InputError(f"--input-values {text!r}: input {i} has a range already; give one per input")
         ranges[i] = (low, high)
     return ranges
-
-
-def parse_shape(text: str) -> tuple[int, ...]:
-    """``"1,3,224,224"`` -> (1, 3, 224, 224); an empty text is a 0-d tensor."""
-    try:
-        shape = tuple(int(size) for size in text.split(",")) if text.strip() else ()
-    except ValueError:
-        raise InputError(f"--input-shape {text!r}: expected comma-separated sizes, e.g. 1,3,224,224") from None
-    if any(size < 0 for size in shape):
-        raise InputError(f"--input-shape {text!r}: sizes must be >= 0")
-    return shape
 
 
 def parse_model_args(pairs: Sequence[str]) -> dict[str, object]:

@@ -1,7 +1,7 @@
 """Zip archives from untrusted files (tensor files, .pt2 packages), checked before
 torch's zip reader sees them: that reader trusts declared sizes, offsets and entry
 paths. The same rules and words as cpp_runtime/core/zip_archive.cpp; the entry-name
-rule is pinned by tests/contract/archive_vectors.json."""
+rule is pinned by tests/contract/archive_name_vectors.json."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Running packages: the trust policy (trust.py), preflight (preflight.py), input
-validation (validation.py), random inputs (random_inputs.py), tensor files
-(tensor_files.py), AOTI packages in this process (aoti.py), ONNX files
-(onnx_runtime.py) and the C++ runner as a subprocess (cpp_runner.py)."""
+validation (validation.py), the --input-shape text (input_shape.py), random inputs
+(random_inputs.py), tensor files (tensor_files.py), AOTI packages in this process
+(aoti.py), ONNX files (onnx_runtime.py) and the C++ runner as a subprocess (cpp_runner.py)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from .validation import InputDesc, check_inputs, validate_inputs
 
 
-_MODULES = ("aoti", "onnx_runtime", "preflight", "random_inputs", "tensor_files", "trust", "validation")
+_MODULES = ("aoti", "input_shape", "onnx_runtime", "preflight", "random_inputs", "tensor_files", "trust", "validation")
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, _MODULES)

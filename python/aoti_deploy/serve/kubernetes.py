@@ -47,7 +47,8 @@ def default_intra_op_threads(cpus: int, server_instances: int) -> int:
     Triton's own threads, the rest shared out among every instance the server has
     loaded, at least 1: ``(cpus - 1) // server_instances``. The C++ rule it mirrors is
     ``intra_op_threads`` in cpp_runtime/triton/model_config.cpp (reserved = 1) over
-    ``intra_op_threads_for`` in cpp_runtime/core/cpu_budget.cpp."""
+    ``intra_op_threads_for`` in cpp_runtime/core/cpu_budget.cpp;
+    tests/contract/cpu_budget_vectors.json pins both."""
     left = max(1, cpus - 1)
     return max(1, left // max(1, server_instances))
 

@@ -214,7 +214,8 @@ def plan_checks(
     *, expected: list[torch.Tensor] | None, eager: list[torch.Tensor] | None, inputs: list[torch.Tensor],
     is_identity: bool, recorded: Tolerance | None, override: Tolerance | None,
 ) -> list[Check]:
-    """The checks a runner makes (aoti_runner's verify_outputs makes the same):
+    """The checks a runner makes (cpp_runtime/core/check_plan.cpp plans the same for
+    aoti_runner; tests/contract/check_plan_vectors.json pins both):
 
     - runtime parity, against ``expected`` (the package's own outputs): bitwise;
     - compiled vs eager, against ``eager``: the ``recorded`` rule of the package,
