@@ -1,6 +1,6 @@
 // A Triton model's config.pbtxt (as the JSON Triton hands a backend) and the backend's
 // own settings, read with nlohmann-json and checked against the package spec before
-// anything loads. The names and types follow python/aoti_deploy/serve/triton_repository.py,
+// anything loads. The names and types follow python/aoti_deploy/serve/triton_config.py,
 // which writes the config from the same spec; tests/contract/triton_name_vectors.json pins
 // the names and parameters on both sides.
 #pragma once
@@ -26,7 +26,7 @@ inline constexpr const char* kOutputPrefix = "OUTPUT__";
 
 // The name of the package's tensor `index` in the config and in requests: the spec's
 // recorded name, else prefix + index (also for an index past `specs`, as for the
-// outputs of a package that records none). The rule of triton_repository's names.
+// outputs of a package that records none). The rule of triton_config's names.
 std::string served_name(const std::vector<aoti_runner::TensorSpec>& specs, size_t index, const char* prefix);
 
 // The served names of `count` tensors, for messages: "input_ids, attention_mask" when
@@ -79,7 +79,7 @@ BackendSettings parse_backend_config(const nlohmann::json& config);
 // types, ranks, fixed sizes outside the spec's ranges, an instance kind for another
 // device, and a batch dim the package does not have. A batch dim is every input's dim
 // 0, one dynamic size tied to no other dim, followed by every recorded output's dim 0:
-// the rule of triton_repository's batch_dim, so merged requests stay in the spec. The request-time checks (validation.h) then see only shapes Triton
+// the rule of triton_config's batch_dim, so merged requests stay in the spec. The request-time checks (validation.h) then see only shapes Triton
 // let through.
 void check_config_against_spec(const ModelConfig& config, const aoti_runner::PackageSpec& spec);
 
