@@ -42,6 +42,8 @@ SUITES = {
     # Untrusted archives and JSON: the zip entry-name rule, and the nesting limit.
     "archive_names": "archive_name_vectors.json",
     "json_depth": "json_depth_vectors.json",
+    # Private folders named by their owner: which a later runner may remove.
+    "private_folders": "private_folder_vectors.json",
 }
 _INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -172,6 +174,13 @@ def _python_verdict(suite: str, vector: dict) -> object:
             from aoti_deploy.package.zip_check import entry_name_problem
 
             return entry_name_problem(vector["entry"])
+        if suite == "private_folders":
+            from aoti_deploy.package.private_folder import folder_owner, owner_is_gone
+
+            owner = folder_owner(vector["folder"])
+            if owner is None:
+                return "refused"
+            return "gone" if owner_is_gone(owner, vector["processes"].get(str(owner.pid))) else "kept"
         if suite == "json_depth":
             from aoti_deploy.package.json_text import JsonTextError, parse_json_limited
 
