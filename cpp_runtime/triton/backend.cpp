@@ -10,6 +10,7 @@
 #include "errors.h"
 #include "malloc_policy.h"
 #include "model_config.h"
+#include "private_folder.h"
 #include "request_tensors.h"
 #include "server_calls.h"
 #include "triton_api.h"
@@ -534,6 +535,8 @@ TRITONSERVER_Error* TRITONBACKEND_Finalize(TRITONBACKEND_Backend*) {
 
 TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
   return guarded(TRITONSERVER_ERROR_INVALID_ARG, [&] {
+    // What servers killed while loading left in $TMPDIR (their owners are gone) goes first.
+    aoti_runner::remove_orphaned_private_folders();
     auto state = load_model(model);
     check(TRITONBACKEND_ModelSetState(model, state.get()), "storing the model's state");
     g_server_instances += state->config.instance_count;
