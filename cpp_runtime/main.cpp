@@ -29,6 +29,7 @@
 #include "op_libraries.h"
 #include "package_file.h"
 #include "preflight.h"
+#include "private_folder.h"
 #include "random_inputs.h"
 #include "tensor_files.h"
 #include "tolerance.h"
@@ -431,6 +432,8 @@ int inspect(const Options& options) {
 
 int run(const Options& options) {
   using namespace aoti_runner;
+  // What runners killed while loading left in $TMPDIR (their owners are gone) goes first.
+  remove_orphaned_private_folders();
   const auto malloc_policy = parse_malloc_policy(options.malloc_policy);
   apply_malloc_policy(malloc_policy);
   // The CPU budget's rule (one serving thread), unless OpenMP's own setting is given;

@@ -47,8 +47,10 @@ SUITES = {
     "check_plan": "check_plan_vectors.json",
     # The CPU budget: the C++ side reads the cgroup tree, the Python side sizes pods by its threads.
     "cpu_budget": "cpu_budget_vectors.json",
-    # Triton's tensor names and config parameters: what triton_repository writes, the backend reads.
+    # Triton's tensor names and config parameters: what triton_config writes, the backend reads.
     "triton_names": "triton_name_vectors.json",
+    # Private folders named by their owner: which a later runner may remove.
+    "private_folders": "private_folder_vectors.json",
 }
 _INT_OF_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -182,6 +184,13 @@ def _python_verdict(suite: str, vector: dict) -> object:
             from aoti_deploy.package.zip_check import entry_name_problem
 
             return entry_name_problem(vector["entry"])
+        if suite == "private_folders":
+            from aoti_deploy.package.private_folder import folder_owner, owner_is_gone
+
+            owner = folder_owner(vector["folder"])
+            if owner is None:
+                return "refused"
+            return "gone" if owner_is_gone(owner, vector["processes"].get(str(owner.pid))) else "kept"
         if suite == "json_depth":
             from aoti_deploy.package.json_text import JsonTextError, parse_json_limited
 

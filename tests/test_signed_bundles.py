@@ -6,6 +6,7 @@ code from it runs (a shared object whose constructor writes a marker file proves
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import json
 import os
@@ -13,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ import pytest
 import torch
 
 from conftest import Build, CompiledPackage, run_cli, run_cmd
+from aoti_deploy.package.private_folder import remove_orphaned_folders
 from aoti_deploy.runtime.tensor_files import load_tensors
 from aoti_deploy.verify.bits import bit_view
 
@@ -453,6 +456,192 @@ def test_a_killed_runner_leaves_nothing_in_its_temp_folder(kind: str, build: Bui
         assert all("/memfd:libidentity_conv_ops.so" in line for line in libraries), libraries
     # The model library was loaded from the unpacked folder, which is gone.
     assert any("wrapper.so (deleted)" in line and str(temp) in line for line in maps), maps
+
+
+UNPACKED_PREFIX = "aoti_deploy_unpacked_"
+BUNDLE_COPY_PREFIX = "aoti_deploy_bundle_"
+LOAD_SCRIPT = """
+import sys
+import aoti_deploy as ad
+with ad.load(sys.argv[1], trusted_key=sys.argv[2]):
+    print("loaded", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def big_bundle(tmp_path_factory: pytest.TempPathFactory, build: Build, compiled_package: CompiledPackage,
+               keys: Keys) -> Path:
+    """The signed bundle of a package with 64 MiB more constants (a file torch's loader
+    does not read): hashing, sealing or copying and unpacking it take long enough for a
+    runner to be killed in the middle of each."""
+    folder = tmp_path_factory.mktemp("big")
+    package = folder / "model.pt2"
+    shutil.copy(compiled_package.path, package)
+    with zipfile.ZipFile(package, "a") as archive:
+        prefix = archive.namelist()[0].split("/")[0]
+        with archive.open(zipfile.ZipInfo(f"{prefix}/data/constants/padding.bin"), "w") as padding:
+            for _ in range(64):
+                padding.write(os.urandom(1 << 20))
+    bundle = folder / "bundle"
+    result = run_cli("aoti-deploy", "bundle", package, "--output", bundle, "--sign-key", keys.private("signing"),
+                     cwd=folder, build=build)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return bundle
+
+
+def _start_time(pid: int) -> int:
+    """Field 22 of /proc/PID/stat: when the process started, in clock ticks after boot."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+
+
+def _poll(condition, process: subprocess.Popen, what: str, timeout_s: float = 120):
+    """``condition()``'s first true value, polled while ``process`` runs."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        assert process.poll() is None, f"the process ended before {what}"
+        time.sleep(0.002)
+    raise AssertionError(f"{what} did not happen in {timeout_s} s")
+
+
+def _owned_by(temp: Path, prefix: str, pid: int) -> list[Path]:
+    return sorted(p for p in temp.iterdir() if p.name.startswith(f"{prefix}{pid}_"))
+
+
+def _holds_bytes(folder: Path, name: str, at_least: int) -> bool:
+    return any(p.name == name and p.stat().st_size >= at_least for p in folder.rglob("*") if p.is_file())
+
+
+def _plant_decoys(temp: Path, prefix: str) -> set[str]:
+    """Folders a sweep must leave alone: one named by a live process (this test's), the
+    unowned name of earlier versions, another name, and, named by a process that is gone,
+    a folder with another mode and a link to a folder. Returns every name in ``temp``."""
+    gone_pid = subprocess.Popen(["true"])
+    gone_pid.wait()
+    live = temp / f"{prefix}{os.getpid()}_{_start_time(os.getpid())}_live01"
+    for folder in (live, temp / f"{prefix}Ab3dE9", temp / "other_folder"):
+        folder.mkdir(mode=0o700)
+        (folder / "kept").write_text("kept")
+    wide = temp / f"{prefix}{gone_pid.pid}_1_wide01"
+    wide.mkdir(mode=0o755)
+    wide.chmod(0o755)
+    (wide / "kept").write_text("kept")
+    target = temp.parent / f"{temp.name}_link_target"
+    target.mkdir(mode=0o700, exist_ok=True)
+    (target / "kept").write_text("kept")
+    (temp / f"{prefix}{gone_pid.pid}_1_link01").symlink_to(target, target_is_directory=True)
+    return {p.name for p in temp.iterdir()}
+
+
+def _decoys_intact(temp: Path, names: set[str]) -> None:
+    assert {p.name for p in temp.iterdir()} == names
+    for name in names:
+        assert (temp / name / "kept").read_text() == "kept", name
+    assert (temp.parent / f"{temp.name}_link_target" / "kept").exists()
+
+
+def _kill_while_loading(command: list, temp: Path, prefix: str, when: str, filling: str) -> tuple[int, list[Path]]:
+    """Start ``command`` with $TMPDIR ``temp`` and SIGKILL it: at once ("start"), as soon as
+    its private folder appears ("folder"), or once the big file ``filling`` in it holds
+    1 MiB ("filling"). Returns its pid and the folders it left."""
+    process = subprocess.Popen([str(a) for a in command], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env={**os.environ, "TMPDIR": str(temp)})
+    try:
+        if when != "start":
+            folder = _poll(lambda: _owned_by(temp, prefix, process.pid), process, "the private folder appeared")[0]
+            if when == "filling":
+                _poll(lambda: _holds_bytes(folder, filling, 1 << 20), process, f"{filling} filled")
+        process.kill()
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == -signal.SIGKILL
+    left = _owned_by(temp, prefix, process.pid)
+    if when != "start":
+        assert left, f"killed at '{when}', the process left nothing: nothing to test"
+    return process.pid, left
+
+
+KILL_POINTS = ["start", "folder", "filling"]
+
+
+def test_a_runner_killed_while_loading_leaves_nothing_after_the_next_start(build: Build, big_bundle: Path,
+                                                                           signed: Signed, keys: Keys,
+                                                                           tmp_path: Path) -> None:
+    """A runner killed while it loads a big verified bundle leaves its unpacked folder;
+    the next runner's start removes it (its owner is gone), and nothing else: not a live
+    process's folder, not an unowned name, not a folder with another mode, not a link."""
+    temp = tmp_path / "tmpdir"
+    temp.mkdir()
+    names = _plant_decoys(temp, UNPACKED_PREFIX)
+    command = [build.runner, big_bundle, "--trusted-key", keys.public("signing"), "--inputs", signed.input_file]
+    for when in KILL_POINTS:
+        pid, left = _kill_while_loading(command, temp, UNPACKED_PREFIX, when, "padding.bin")
+        result = run_cmd(build.runner, signed.bundle, "--trusted-key", keys.public("signing"), "--inspect",
+                         env={**os.environ, "TMPDIR": str(temp)})
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert not any(p.exists() for p in left) and not _owned_by(temp, UNPACKED_PREFIX, pid), when
+        _decoys_intact(temp, names)
+
+
+def test_a_python_load_killed_while_copying_leaves_nothing_after_the_next_load(build: Build, big_bundle: Path,
+                                                                               signed: Signed, keys: Keys,
+                                                                               tmp_path: Path) -> None:
+    """The same for aoti_deploy.load under a trusted key: a process killed while it copies
+    a big bundle into its private folder leaves the copy; the next load removes it, and
+    nothing else. A runner's start removes it too (one rule, both languages)."""
+    temp = tmp_path / "tmpdir"
+    temp.mkdir()
+    names = _plant_decoys(temp, BUNDLE_COPY_PREFIX)
+    script = tmp_path / "load.py"
+    script.write_text(LOAD_SCRIPT)
+    command = [sys.executable, script, big_bundle, keys.public("signing")]
+    environment = {**os.environ, "TMPDIR": str(temp), "AOTI_DEPLOY_BUILD_DIR": str(build.dir)}
+    for when in KILL_POINTS:
+        pid, left = _kill_while_loading(command, temp, BUNDLE_COPY_PREFIX, when, "model.pt2")
+        result = run_cmd(sys.executable, script, signed.bundle, keys.public("signing"), env=environment)
+        assert result.returncode == 0 and "loaded" in result.stdout, result.stdout + result.stderr
+        assert not any(p.exists() for p in left) and not _owned_by(temp, BUNDLE_COPY_PREFIX, pid), when
+        _decoys_intact(temp, names)
+    pid, left = _kill_while_loading(command, temp, BUNDLE_COPY_PREFIX, "folder", "model.pt2")
+    result = run_cmd(build.runner, signed.bundle, "--trusted-key", keys.public("signing"), "--inspect",
+                     env={**os.environ, "TMPDIR": str(temp)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not any(p.exists() for p in left)
+    _decoys_intact(temp, names)
+
+
+def test_a_locked_folder_is_kept_whatever_its_name_says(build: Build, signed: Signed, keys: Keys, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder's owner holds its lock (flock) while it lives, so a sweeper that cannot
+    see the owner (another pid namespace: its pid names no process here) keeps the
+    folder while the lock is held, in both runtimes, and removes it once it is not."""
+    temp = tmp_path / "tmpdir"
+    temp.mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    folders = [temp / f"{prefix}{gone.pid}_1_locked" for prefix in (UNPACKED_PREFIX, BUNDLE_COPY_PREFIX)]
+    locks = []
+    for folder in folders:
+        folder.mkdir(mode=0o700)
+        locks.append(os.open(folder, os.O_RDONLY | os.O_DIRECTORY))
+        fcntl.flock(locks[-1], fcntl.LOCK_EX | fcntl.LOCK_NB)
+    inspect = [build.runner, signed.bundle, "--trusted-key", keys.public("signing"), "--inspect"]
+    try:
+        assert run_cmd(*inspect, env={**os.environ, "TMPDIR": str(temp)}).returncode == 0
+        monkeypatch.setenv("TMPDIR", str(temp))
+        monkeypatch.setattr(tempfile, "tempdir", None)  # read $TMPDIR again
+        assert remove_orphaned_folders() == 0
+        assert all(folder.is_dir() for folder in folders)
+    finally:
+        for fd in locks:
+            os.close(fd)
+    assert run_cmd(*inspect, env={**os.environ, "TMPDIR": str(temp)}).returncode == 0
+    assert not any(folder.exists() for folder in folders)
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)

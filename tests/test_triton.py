@@ -589,6 +589,32 @@ def test_a_repository_of_several_models_loads_at_start_up(served: Served, tmp_pa
         assert not left, f"start {start}: the extracted folders {left} outlived the server"
 
 
+def test_a_model_load_removes_what_killed_runners_left_in_tmpdir(build: Build, compiled_package: CompiledPackage,
+                                                                 tmp_path: Path) -> None:
+    """The backend's model load sweeps $TMPDIR as a runner's start does: the unpacked
+    folder of a process that is gone goes, a live process's stays (the rule and the
+    kills themselves: test_signed_bundles.py, the contract's private folder vectors)."""
+    require_triton_server()
+    temp = tmp_path / "tmpdir"
+    temp.mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    start = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+    orphan = temp / f"aoti_deploy_unpacked_{gone.pid}_1_orphan"
+    live = temp / f"aoti_deploy_unpacked_{os.getpid()}_{start}_live01"
+    for folder in (orphan, live):
+        folder.mkdir(mode=0o700)
+        (folder / "wrapper.so").write_bytes(b"left")
+    repository = tmp_path / "repository"
+    write_repository(compiled_package.path, repository, name=DEMO, op_libraries=[build.op_library])
+    with triton_server.TritonServer().start(repository, backend_dir=build.dir / "backends",
+                                            log_file=tmp_path / "tritonserver.log",
+                                            env={"TMPDIR": str(temp)}) as server:
+        server.wait_ready(120, models=[DEMO])
+        assert not orphan.exists()
+        assert (live / "wrapper.so").read_bytes() == b"left"
+
+
 def process_snapshot(pid: int) -> dict[str, object]:
     proc = Path(f"/proc/{pid}")
     maps = (proc / "maps").read_text().splitlines()

@@ -11,9 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <vector>
 
 namespace aoti_runner {
@@ -69,14 +67,8 @@ UnpackedPackage::UnpackedPackage(const std::string& path, const std::string& sho
   const auto model_dir = prefix + "data/aotinductor/" + model_name + "/";
   const auto constants_dir = prefix + "data/constants/";
 
-  const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = (tmp != nullptr && *tmp != '\0' ? std::string(tmp) : std::string("/tmp"));
-  pattern.append("/aoti_deploy_unpacked_XXXXXX");
-  if (mkdtemp(pattern.data()) == nullptr) {  // mode 0700: only this user may enter it
-    throw RunnerError("could not create a folder " + pattern + " to unpack " + shown + " into: " +
-                      std::strerror(errno));
-  }
-  dir_ = pattern;
+  folder_.emplace(kUnpackedFolderPrefix, "unpack " + shown + " into");
+  const auto& dir = folder_->path();
   try {
     std::vector<char> buffer(1 << 20);
     for (const auto& entry : entries) {
@@ -92,8 +84,8 @@ UnpackedPackage::UnpackedPackage(const std::string& path, const std::string& sho
       } else {
         continue;  // not the model's (sample inputs, other models' files, ...)
       }
-      make_parents(dir_, target);
-      const auto written = dir_ + "/" + target;
+      make_parents(dir, target);
+      const auto written = dir + "/" + target;
       // O_EXCL: two entries that would land on one file are refused, not overwritten.
       FileDescriptor out{open(written.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)};
       if (out.fd < 0) {
@@ -133,11 +125,7 @@ UnpackedPackage::~UnpackedPackage() {
 }
 
 void UnpackedPackage::remove() noexcept {
-  if (!dir_.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-    dir_.clear();
-  }
+  folder_.reset();
 }
 
 }  // namespace aoti_runner

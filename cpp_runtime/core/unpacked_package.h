@@ -1,9 +1,13 @@
-// A .pt2 package's model files, unpacked into a private folder (mkdtemp, 0700) in the
+// A .pt2 package's model files, unpacked into a private folder (PrivateFolder: mkdtemp,
+// 0700, named by this process so a later runner removes it if this one is killed) in the
 // layout AOTIModelPackageLoader's folder mode reads, so the loader can be built from the
 // folder and the folder removed as soon as the loader holds what it needs. Pairs with
 // aoti_package.cpp (the loader) and zip_archive.cpp (the checked index it reads by).
 #pragma once
 
+#include "private_folder.h"
+
+#include <optional>
 #include <string>
 
 namespace aoti_runner {
@@ -22,12 +26,15 @@ class UnpackedPackage {
   UnpackedPackage(const UnpackedPackage&) = delete;
   UnpackedPackage& operator=(const UnpackedPackage&) = delete;
 
-  const std::string& dir() const { return dir_; }
+  const std::string& dir() const {
+    static const std::string removed;
+    return folder_ ? folder_->path() : removed;
+  }
   // Removes the folder now (the destructor does otherwise); no error is raised.
   void remove() noexcept;
 
  private:
-  std::string dir_;
+  std::optional<PrivateFolder> folder_;
 };
 
 }  // namespace aoti_runner

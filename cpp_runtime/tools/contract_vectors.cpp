@@ -11,6 +11,7 @@
 #include "model_config.h"
 #include "package_spec.h"
 #include "preflight.h"
+#include "private_folder.h"
 #include "random_inputs.h"
 #include "signature.h"
 #include "tolerance.h"
@@ -295,6 +296,17 @@ json run_vector(const std::string& suite, const json& vector) {
     }
     if (suite == "archive_names") {
       return aoti_runner::zip_entry_name_problem(vector.at("entry").get<std::string>());
+    }
+    if (suite == "private_folders") {
+      const auto owner = aoti_runner::private_folder_owner(vector.at("folder").get<std::string>());
+      if (!owner) {
+        return "refused";
+      }
+      const auto& processes = vector.at("processes");
+      const auto pid = std::to_string(owner->pid);
+      const auto stat_text =
+          processes.contains(pid) ? std::optional<std::string>(processes.at(pid).get<std::string>()) : std::nullopt;
+      return aoti_runner::owner_is_gone(*owner, stat_text) ? "gone" : "kept";
     }
     if (suite == "json_depth") {
       try {

@@ -10,6 +10,7 @@
 #include "errors.h"
 #include "malloc_policy.h"
 #include "model_config.h"
+#include "private_folder.h"
 #include "request_tensors.h"
 #include "server_calls.h"
 #include "triton_api.h"
@@ -550,6 +551,8 @@ TRITONSERVER_Error* TRITONBACKEND_Finalize(TRITONBACKEND_Backend*) {
 
 TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
   return guarded(TRITONSERVER_ERROR_INVALID_ARG, [&] {
+    // What servers killed while loading left in $TMPDIR (their owners are gone) goes first.
+    aoti_runner::remove_orphaned_private_folders();
     auto state = load_model(model);
     g_server_instances += state->config.instance_count;
     state->counted = true;  // and uncounted by its destructor, should Triton not take it

@@ -9,9 +9,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import shutil
 import stat
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,6 +17,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import PackageError
+from .private_folder import BUNDLE_COPY_PREFIX, PrivateFolder
 from .spec import PackageSpec
 
 PACKAGE_NAME = "model.pt2"
@@ -165,8 +164,8 @@ def _copy_failed(what: str, path: str | Path, error: OSError) -> PackageError:
 
 @contextmanager
 def private_copy(directory: str | os.PathLike[str], shown: str | os.PathLike[str] | None = None) -> Iterator[PrivateCopy]:
-    """Copy a bundle into a new private folder (mkdtemp, 0700, under $TMPDIR), and
-    remove it on exit. What is verified and loaded is the copy, so nobody can change
+    """Copy a bundle into a new private folder (mkdtemp, 0700, under $TMPDIR, named by
+    this process: see private_folder.py), and remove it on exit. What is verified and loaded is the copy, so nobody can change
     it between the check and the load; the original's names can change meanwhile,
     but each file is opened without following links (O_NOFOLLOW, relative to the
     folder opened once) and must be a regular file by fstat, and the digests are of
@@ -185,7 +184,8 @@ def private_copy(directory: str | os.PathLike[str], shown: str | os.PathLike[str
     """
     directory = Path(directory)
     shown_dir = directory if shown is None else Path(shown)
-    copy_dir = Path(tempfile.mkdtemp(prefix="aoti_deploy_bundle_"))
+    folder = PrivateFolder(BUNDLE_COPY_PREFIX)
+    copy_dir = folder.path
     try:
         try:
             dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -199,7 +199,7 @@ def private_copy(directory: str | os.PathLike[str], shown: str | os.PathLike[str
             raise PackageError(f"{shown_dir}: not a bundle: no {PACKAGE_NAME} in it", kind="bundle_layout")
         yield PrivateCopy(copy_dir, digests, sizes)
     finally:
-        shutil.rmtree(copy_dir, ignore_errors=True)
+        folder.remove()
 
 
 def _copy_files(dir_fd: int, shown_dir: Path, copy_dir: Path) -> tuple[dict[str, str], dict[str, int]]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .._closing import ClosedOnExit
+from ..package.private_folder import remove_orphaned_folders
 from . import is_onnx_path
 from .trust import OpenedModel, TrustPolicy, open_model, refuse_library_arguments
 
@@ -56,6 +57,8 @@ def open_session(
     from .aoti import load_package, load_package_libraries
     from .preflight import check_runs_here, this_host
 
+    # What runners killed while loading left in $TMPDIR (their owners are gone) goes first.
+    remove_orphaned_folders()
     given = [Path(p) for p in op_libraries]
     refuse_library_arguments(path, given)
     cleanup = ExitStack()
