@@ -261,7 +261,7 @@ def _triton_names_verdict(vector: dict) -> object:
 
 
 def _signature_verdict(vector: dict) -> object:
-    from aoti_deploy.package.signing import check_signed_files, read_signature
+    from aoti_deploy.package.signature_file import check_signed_files, read_signature
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "model.sig"

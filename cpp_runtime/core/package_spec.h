@@ -1,6 +1,6 @@
 // The package spec: what a package needs and accepts, recorded by export_compile as
 // one versioned JSON document under the metadata key "aoti_deploy.spec", parsed
-// here with nlohmann-json. Pairs with python/aoti_deploy/package/spec.py; the
+// here with nlohmann-json. Pairs with python/aoti_deploy/package/spec.py (and spec_fields.py, spec_legacy.py); the
 // vectors in tests/contract/spec_vectors.json pin both parsers to one verdict.
 #pragma once
 

@@ -124,7 +124,7 @@ struct Envelope {
 };
 
 // The Sigstore bundle's schema, as strict as the reference reader: no field beyond
-// those below (package/signing.py checks the same sets).
+// those below (package/signature_file.py checks the same sets).
 void only_fields(const json& object, std::initializer_list<const char*> allowed, const std::string& where,
                  const std::string& shown) {
   if (!object.is_object()) {

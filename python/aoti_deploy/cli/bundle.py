@@ -73,7 +73,7 @@ def bundle(
         files = file_digests(written)
         signature = None
         if layout.signed:
-            from ..package.signing import read_signature
+            from ..package.signature_file import read_signature
 
             signature = read_signature(written / SIGNATURE_NAME)
     except Exception as error:  # typed errors keep their code; anything else exits 2

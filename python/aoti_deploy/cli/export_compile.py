@@ -412,7 +412,7 @@ def _write_bundle(package: Package, dest: Path, sign_key: Path | None) -> list[t
     if sign_key is None:
         rows.append(("bundle signature", "not signed (--sign-key KEY.pem signs it)"))
     else:
-        from ..package.signing import read_signature
+        from ..package.signature_file import read_signature
 
         signature = read_signature(written / SIGNATURE_NAME)
         rows.append((

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from ..errors import OpLibraryError, PackageError
-from ..locate import LIBRARY_ENV_VAR, LIBRARY_NAME, op_library_path
+from ..locate import LIBRARY_NAME, op_library_path
 from ..package.shared_object import check_shared_object_file
 from .fakes import OP_NAME, register_fakes
 

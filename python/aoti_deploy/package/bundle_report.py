@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import PackageError
 from .bundle import SIGNATURE_NAME, BundleLayout, file_digests
-from .signing import SignedManifest, read_signature
+from .signature_file import SignedManifest, read_signature
 
 
 @dataclass

@@ -10,19 +10,26 @@ a key is read or a bundle is signed or verified, so the runners start without th
 
 from __future__ import annotations
 
-import base64
 import binascii
 import contextlib
 import hashlib
 import io
-import json
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..errors import AotiDeployError, PackageError
 from .bundle import SIGNATURE_NAME
+from .signature_file import (
+    PAYLOAD_TYPE,
+    SignedManifest,
+    Envelope,
+    malformed_signature,
+    read_envelope,
+    read_statement,
+    check_signed_files,
+    read_signature,
+    short_digest,
+)
 
 SIGN_EXTRA_HINT = "Install the sign extra: pip install -e '.[sign]' (model-signing and pyopenssl from PyPI)."
 MAKE_KEY_PAIR = (
@@ -32,42 +39,8 @@ MAKE_KEY_PAIR = (
 EC_CURVES = {"secp256r1": "P-256", "secp384r1": "P-384", "secp521r1": "P-521"}
 EC_ONLY = "model-signing's key mode takes EC keys on P-256, P-384 or P-521"
 
-BUNDLE_MEDIA_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
-PAYLOAD_TYPE = "application/vnd.in-toto+json"
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-PREDICATE_TYPE = "https://model_signing/signature/v1.0"
-# Far above any real signature (a few kB per hundred files): a huge file is refused
-# before it is read. The C++ reader has the same limit.
-MAX_SIGNATURE_BYTES = 16 << 20
-
-
 class SigningUnavailableError(AotiDeployError):
     """The optional ``sign`` extra (model-signing, pyopenssl) is not installed."""
-
-
-class SignedFile(NamedTuple):
-    name: str
-    sha256: str  # hex
-
-
-@dataclass
-class SignedManifest:
-    """What a signature file claims. Only ``verify_bundle``'s result is to be trusted;
-    ``read_signature``'s is for showing."""
-
-    key_hint: str  # hex SHA-256 of the signing key's PEM SubjectPublicKeyInfo; may be empty
-    subject_name: str
-    subject_sha256: str
-    method: str  # the serialization method: always "files" once read
-    files: list[SignedFile] = field(default_factory=list)  # in the statement's order
-
-    def digests(self) -> dict[str, str]:
-        return {file.name: file.sha256 for file in self.files}
-
-
-def short_digest(hex_digest: str) -> str:
-    """The first 16 hex digits and an ellipsis, for messages."""
-    return hex_digest[:16] + "…" if len(hex_digest) > 16 else hex_digest
 
 
 def _model_signing() -> Any:
@@ -268,221 +241,22 @@ def sign_bundle(directory: str | Path, private_key: str | Path) -> SignedManifes
     return read_signature(signature)
 
 
-# --- Reading a signature (no cryptography) ---------------------------------------
-
-
-class _Envelope(NamedTuple):
-    key_hint: str
-    payload: bytes  # decoded
-    signature: bytes  # decoded, DER ECDSA
-
-
-def _malformed(shown: str | Path, detail: str) -> PackageError:
-    return PackageError(
-        f"{shown}: malformed signature: {detail}. Expected an OpenSSF Model Signing signature (a Sigstore "
-        "bundle JSON); sign the bundle again (aoti-deploy bundle PACKAGE --output DIR --sign-key KEY.pem)",
-        kind="malformed_signature",
-    )
-
-
-def _member(obj: Any, key: str, where: str, shown: str | Path) -> Any:
-    if not isinstance(obj, dict) or key not in obj:
-        raise _malformed(shown, f"no {where}{key}")
-    return obj[key]
-
-
-def _string(obj: Any, key: str, where: str, shown: str | Path) -> str:
-    value = _member(obj, key, where, shown)
-    if not isinstance(value, str):
-        raise _malformed(shown, f"{where}{key} is not a string")
-    return value
-
-
-def _base64(text: str, what: str, shown: str | Path) -> bytes:
-    # Strict: the standard alphabet, '=' only as one or two final characters (as
-    # signature.cpp reads it; b64decode alone would take any run of final '=').
-    if not text or len(text) % 4 or not re.fullmatch(r"[A-Za-z0-9+/]+={0,2}", text):
-        raise _malformed(shown, f"{what} is not base64")
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise _malformed(shown, f"{what} is not base64") from None
-
-
-def _only_fields(obj: Any, allowed: set[str], where: str, shown: str | Path) -> None:
-    """The Sigstore bundle's schema, as strict as the reference reader: no field beyond
-    ``allowed`` (signature.cpp checks the same sets)."""
-    if not isinstance(obj, dict):
-        raise _malformed(shown, f"{where or 'the document'} is not an object")
-    for key in obj:
-        if key not in allowed:
-            raise _malformed(shown, f"unexpected field {where}{'.' if where else ''}{key}")
-
-
-def _optional_type(obj: dict, key: str, kind: type, name: str, where: str, shown: str | Path) -> None:
-    if key in obj and not isinstance(obj[key], kind):
-        raise _malformed(shown, f"{where}.{key} is not {name}")
-
-
-def _read_envelope(path: Path, shown: str | Path) -> _Envelope:
-    """The parts of the Sigstore bundle the key mode uses (step 4 of a verification)."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_SIGNATURE_BYTES:
-            raise _malformed(shown, f"it is {size} bytes, more than any signature (16 MB)")
-        text = path.read_bytes().decode("utf-8")
-    except OSError as error:
-        raise _malformed(shown, f"cannot read it ({error.strerror or error})") from error
-    except UnicodeDecodeError:
-        raise _malformed(shown, "not JSON (not UTF-8 text)") from None
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise _malformed(shown, f"not JSON ({error})") from None
-    except (ValueError, RecursionError) as error:  # a huge integer, or absurd nesting
-        raise _malformed(shown, f"not JSON ({type(error).__name__})") from None
-    if not isinstance(document, dict):
-        raise _malformed(shown, "not a JSON object")
-    _only_fields(document, {"mediaType", "verificationMaterial", "dsseEnvelope"}, "", shown)
-    media_type = _string(document, "mediaType", "", shown)
-    if media_type != BUNDLE_MEDIA_TYPE:
-        raise _malformed(shown, f"mediaType is '{media_type}', expected '{BUNDLE_MEDIA_TYPE}'")
-    material = _member(document, "verificationMaterial", "", shown)
-    if not isinstance(material, dict) or "publicKey" not in material:
-        raise _malformed(
-            shown,
-            "no verificationMaterial.publicKey: it was not signed with a key pair (certificates and Sigstore "
-            "keyless signing are not supported here)",
-        )
-    _only_fields(material, {"publicKey", "tlogEntries", "timestampVerificationData"}, "verificationMaterial", shown)
-    _optional_type(material, "tlogEntries", list, "a list", "verificationMaterial", shown)
-    public_key = material["publicKey"]
-    _only_fields(public_key, {"hint"}, "verificationMaterial.publicKey", shown)
-    _optional_type(public_key, "hint", str, "a string", "verificationMaterial.publicKey", shown)
-    hint = public_key.get("hint")
-    dsse = _member(document, "dsseEnvelope", "", shown)
-    _only_fields(dsse, {"payload", "payloadType", "signatures"}, "dsseEnvelope", shown)
-    payload_type = _string(dsse, "payloadType", "dsseEnvelope.", shown)
-    if payload_type != PAYLOAD_TYPE:
-        raise _malformed(shown, f"dsseEnvelope.payloadType is '{payload_type}', expected '{PAYLOAD_TYPE}'")
-    payload = _base64(_string(dsse, "payload", "dsseEnvelope.", shown), "dsseEnvelope.payload", shown)
-    signatures = _member(dsse, "signatures", "dsseEnvelope.", shown)
-    if not isinstance(signatures, list) or len(signatures) != 1:
-        raise _malformed(shown, "dsseEnvelope.signatures must hold exactly one signature")
-    _only_fields(signatures[0], {"sig", "keyid"}, "dsseEnvelope.signatures[0]", shown)
-    _optional_type(signatures[0], "keyid", str, "a string", "dsseEnvelope.signatures[0]", shown)
-    signature = _base64(
-        _string(signatures[0], "sig", "dsseEnvelope.signatures[0].", shown), "dsseEnvelope.signatures[0].sig", shown
-    )
-    return _Envelope(hint if isinstance(hint, str) else "", payload, signature)
-
-
-def _read_statement(envelope: _Envelope, shown: str | Path) -> SignedManifest:
-    """The in-toto statement model-signing writes (step 7), checked for consistency:
-    the subject's digest is the SHA-256 of the resources' digests in listed order."""
-    try:
-        statement = json.loads(envelope.payload)
-    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise _malformed(shown, "the signed payload is not JSON") from None
-    if _string(statement, "_type", "payload.", shown) != STATEMENT_TYPE:
-        raise _malformed(shown, f"the payload is not an in-toto {STATEMENT_TYPE} statement")
-    predicate_type = _string(statement, "predicateType", "payload.", shown)
-    if predicate_type != PREDICATE_TYPE:
-        raise _malformed(shown, f"payload.predicateType is '{predicate_type}', expected '{PREDICATE_TYPE}'")
-    subjects = _member(statement, "subject", "payload.", shown)
-    if not isinstance(subjects, list) or len(subjects) != 1:
-        raise _malformed(shown, "payload.subject must hold exactly one subject")
-    subject_name = _string(subjects[0], "name", "payload.subject[0].", shown)
-    subject_sha256 = _string(
-        _member(subjects[0], "digest", "payload.subject[0].", shown), "sha256", "payload.subject[0].digest.", shown
-    )
-    predicate = _member(statement, "predicate", "payload.", shown)
-    serialization = _member(predicate, "serialization", "payload.predicate.", shown)
-    method = _string(serialization, "method", "payload.predicate.serialization.", shown)
-    if method != "files":
-        raise _malformed(shown, f"it was signed with the '{method}' method; sign with the default 'files' method")
-    hash_type = _string(serialization, "hash_type", "payload.predicate.serialization.", shown)
-    if hash_type != "sha256":
-        raise _malformed(shown, f"it was signed with {hash_type} digests; sign with the default sha256")
-    resources = _member(predicate, "resources", "payload.predicate.", shown)
-    if not isinstance(resources, list):
-        raise _malformed(shown, "payload.predicate.resources is not a list")
-    root = hashlib.sha256()
-    files: list[SignedFile] = []
-    for i, resource in enumerate(resources):
-        where = f"payload.predicate.resources[{i}]."
-        name = _string(resource, "name", where, shown)
-        digest = _string(resource, "digest", where, shown)
-        algorithm = _string(resource, "algorithm", where, shown)
-        if algorithm != "sha256" or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-            raise _malformed(shown, f"{where}digest is not a sha256 digest")
-        if any(file.name == name for file in files):
-            raise _malformed(shown, f"the file {name} is listed twice")
-        root.update(bytes.fromhex(digest))
-        files.append(SignedFile(name, digest))
-    if root.hexdigest() != subject_sha256:
-        raise _malformed(shown, "the statement is inconsistent: its subject digest is not the digest of its files")
-    return SignedManifest(envelope.key_hint, subject_name, subject_sha256, method, files)
-
-
-def read_signature(path: str | Path, shown: str | Path | None = None) -> SignedManifest:
-    """Read a signature file without checking its signature: for showing (inspect),
-    never for trusting.
-
-    Args:
-        path: the model.sig file.
-        shown: how messages name it (default ``path``).
-
-    Raises:
-        PackageError (kind malformed_signature): unreadable, not JSON, truncated, or
-            not model-signing's key-mode format.
-    """
-    path = Path(path)
-    shown = path if shown is None else shown
-    return _read_statement(_read_envelope(path, shown), shown)
-
-
 # --- Verifying ---------------------------------------------------------------------
 
 
-def check_signed_files(manifest: SignedManifest, on_disk: dict[str, str], shown_dir: str | Path) -> None:
-    """Step 8: the bundle's files (name -> hex SHA-256, model.sig left out) must be
-    exactly the signed ones, with the signed digests. Every problem is listed, one a
-    line, by file name; the kind is the first one's, as in the C++ runner.
-
-    Raises:
-        PackageError: kind missing_file, unknown_file or digest_mismatch.
-    """
-    signed = manifest.digests()
-    problems: list[tuple[str, str]] = []
-    for name in sorted(set(signed) | set(on_disk)):
-        if name not in on_disk:
-            problems.append(("missing_file", f"{shown_dir}/{name}: missing file: signed, but not in the bundle"))
-        elif name not in signed:
-            problems.append(("unknown_file", f"{shown_dir}/{name}: unknown file: in the bundle, but not in the signature"))
-        elif signed[name] != on_disk[name]:
-            problems.append((
-                "digest_mismatch",
-                f"{shown_dir}/{name}: digest mismatch: sha256 {short_digest(on_disk[name])}, "
-                f"signed {short_digest(signed[name])}",
-            ))
-    if problems:
-        raise PackageError("\n".join(message for _, message in problems), kind=problems[0][0])
-
-
-def _library_malformed(envelope: _Envelope, shown: str, detail: str) -> PackageError:
+def _library_malformed(envelope: Envelope, shown: str, detail: str) -> PackageError:
     """The error for a signature the library could not use. Past the key and the
     signature checks, that is the statement's fault: our reader names the problem in
     the C++ runner's words (e.g. a 'shards' signature, on which model-signing 1.1.1
     fails with a TypeError); else the library's own words are given."""
     try:
-        _read_statement(envelope, shown)
+        read_statement(envelope, shown)
     except PackageError as error:
         return error
-    return _malformed(shown, detail or "model-signing could not read it")
+    return malformed_signature(shown, detail or "model-signing could not read it")
 
 
-def _require_standard_encoding(envelope: _Envelope, public_key: str | Path, shown: str) -> None:
+def _require_standard_encoding(envelope: Envelope, public_key: str | Path, shown: str) -> None:
     """model-signing also accepts signatures over its pre-1.0 encoding of the signed
     message (not DSSE's); the C++ runner does not, so neither does this side: the
     signature must verify over DSSE's pre-authentication encoding itself."""
@@ -533,7 +307,7 @@ def verify_bundle(
     signature = copy_dir / SIGNATURE_NAME
     shown_signature = f"{shown_dir}/{SIGNATURE_NAME}"
     trusted_hint = check_public_key(public_key)  # step 3
-    envelope = _read_envelope(signature, shown_signature)  # step 4, in the C++ runner's words
+    envelope = read_envelope(signature, shown_signature)  # step 4, in the C++ runner's words
     model_signing = _model_signing()
     from cryptography.exceptions import InvalidSignature
 
@@ -567,7 +341,7 @@ def verify_bundle(
     except (KeyError, TypeError, IndexError, AttributeError, binascii.Error, UnicodeDecodeError) as error:
         raise _library_malformed(envelope, shown_signature, f"{type(error).__name__}: {error}") from None
     _require_standard_encoding(envelope, public_key, shown_signature)
-    manifest = _read_statement(envelope, shown_signature)  # step 7, on the verified payload
+    manifest = read_statement(envelope, shown_signature)  # step 7, on the verified payload
     on_disk = {name: digest for name, digest in digests.items() if name != SIGNATURE_NAME}
     check_signed_files(manifest, on_disk, shown_dir)  # step 8
     if library_mismatch is not None:  # not expected: the library and step 8 saw the same files
@@ -577,16 +351,11 @@ def verify_bundle(
 
 __all__ = [
     "SIGN_EXTRA_HINT",
-    "SignedFile",
-    "SignedManifest",
     "SigningUnavailableError",
     "check_private_key",
     "check_public_key",
-    "check_signed_files",
     "key_hint",
-    "read_signature",
     "require_sign_extra",
-    "short_digest",
     "sign_bundle",
     "verify_bundle",
 ]

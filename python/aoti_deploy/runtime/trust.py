@@ -34,7 +34,7 @@ NOT_VERIFIED = (
 )
 
 if TYPE_CHECKING:  # signing.py is imported only to verify
-    from ..package.signing import SignedManifest
+    from ..package.signature_file import SignedManifest
 
 
 @dataclass(frozen=True)
@@ -178,7 +178,8 @@ def open_model(path: str | os.PathLike[str], policy: TrustPolicy) -> OpenedModel
             status=NOT_VERIFIED if layout.signed else None,
         )
 
-    from ..package.signing import check_public_key, require_sign_extra, short_digest, verify_bundle
+    from ..package.signature_file import short_digest
+    from ..package.signing import check_public_key, require_sign_extra, verify_bundle
 
     require_sign_extra()  # the import is not part of the verification's time
     opened_stack = ExitStack()
