@@ -245,7 +245,7 @@ def _check_plan_verdict(vector: dict) -> list[dict]:
 
 def _triton_names_verdict(vector: dict) -> object:
     """A spec's served names, or the parameters the writer puts in config.pbtxt."""
-    from aoti_deploy.serve.triton_repository import INPUT_PREFIX, OUTPUT_PREFIX, served_name, triton_config
+    from aoti_deploy.serve.triton_config import INPUT_PREFIX, OUTPUT_PREFIX, served_name, triton_config
 
     if "spec" in vector:
         spec = parse_document(vector["spec"])
