@@ -62,7 +62,9 @@ def start_serving(
     Args:
         log_file: where the server's output goes (default: a new file in the temp
             folder).
-        http_port, grpc_port, metrics_port: ports on 127.0.0.1 (default: free ones).
+        http_port: the HTTP port on 127.0.0.1 (default: a free one).
+        grpc_port: the gRPC port on 127.0.0.1 (default: a free one).
+        metrics_port: the metrics port (default: a free one).
         on_started: called once the process runs, before the wait (progress).
 
     Raises:
