@@ -27,29 +27,11 @@ from .spec_fields import (
     type_name_of,
 )
 from .spec_legacy import legacy_document
-from .spec_types import (  # noqa: F401 (the spec's types, read from here by most of the toolkit)
-    BITWISE,
-    CLOSE,
-    INT64_MAX,
-    LEGACY_PREFIX,
-    RULES,
-    SCHEMA_VERSION,
-    SPEC_KEY,
-    TENSOR_NAME,
-    TENSOR_NAME_LIMIT,
-    ULP,
-    UNBOUNDED_SCHEMA_VERSION,
-    VALUE_DTYPES,
-    DimSpec,
-    OpRef,
-    SpecError,
-    TensorSpec,
-    Tolerance,
-    ValueRange,
-    fmt,
-    malformed,
-    tensor_label,
-    tensor_names,
+# The spec's vocabulary and types: most of the toolkit reads them from here.
+from .spec_types import (  # noqa: F401
+    BITWISE, CLOSE, INT64_MAX, LEGACY_PREFIX, RULES, SCHEMA_VERSION, SPEC_KEY, TENSOR_NAME, TENSOR_NAME_LIMIT,
+    ULP, UNBOUNDED_SCHEMA_VERSION, VALUE_DTYPES, DimSpec, OpRef, SpecError, TensorSpec, Tolerance, ValueRange,
+    fmt, malformed, tensor_label, tensor_names,
 )
 
 # What the runners do for a package from before the eager check was recorded.
