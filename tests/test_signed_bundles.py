@@ -6,6 +6,7 @@ code from it runs (a shared object whose constructor writes a marker file proves
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -17,6 +18,7 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -422,6 +424,19 @@ def _wait_for_mapping(pid: int, needle: str, process: subprocess.Popen, timeout_
     raise AssertionError(f"{needle} never mapped into the runner")
 
 
+@contextlib.contextmanager
+def _sigkilled_after(process: subprocess.Popen) -> Iterator[None]:
+    """SIGKILL ``process`` once the block ends (on any path) and reap it; a block that
+    ended normally also checks that the kill is what ended it."""
+    try:
+        yield
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL
+
+
 @pytest.mark.parametrize("kind", ["verified bundle", "bare package"])
 def test_a_killed_runner_leaves_nothing_in_its_temp_folder(kind: str, build: Build, signed: Signed, keys: Keys,
                                                           compiled_package: CompiledPackage, tmp_path: Path) -> None:
@@ -437,18 +452,11 @@ def test_a_killed_runner_leaves_nothing_in_its_temp_folder(kind: str, build: Bui
     process = subprocess.Popen([*map(str, command), "--inputs", str(signed.input_file), "--bench", "100000000"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "TMPDIR": str(temp)})
-    try:
+    with _sigkilled_after(process):
         _wait_for_mapping(process.pid, "wrapper.so", process)
         time.sleep(1.0)  # the loader's constructor returns (the demo model loads in milliseconds)
         maps = Path(f"/proc/{process.pid}/maps").read_text().splitlines()
         left = sorted(str(p.relative_to(temp)) for p in temp.rglob("*"))
-        process.kill()
-        process.wait(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == -signal.SIGKILL
     assert left == [] and not any(temp.iterdir()), left
     libraries = [line for line in maps if "libidentity_conv_ops.so" in line]
     assert libraries
@@ -548,18 +556,11 @@ def _kill_while_loading(command: list, temp: Path, prefix: str, when: str, filli
     1 MiB ("filling"). Returns its pid and the folders it left."""
     process = subprocess.Popen([str(a) for a in command], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                env={**os.environ, "TMPDIR": str(temp)})
-    try:
+    with _sigkilled_after(process):
         if when != "start":
             folder = _poll(lambda: _owned_by(temp, prefix, process.pid), process, "the private folder appeared")[0]
             if when == "filling":
                 _poll(lambda: _holds_bytes(folder, filling, 1 << 20), process, f"{filling} filled")
-        process.kill()
-        process.wait(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == -signal.SIGKILL
     left = _owned_by(temp, prefix, process.pid)
     if when != "start":
         assert left, f"killed at '{when}', the process left nothing: nothing to test"
