@@ -41,6 +41,8 @@ _LAZY = {
     "ExportOptions": ".api",
     "IdentitySource": ".api",
     "FactorySource": ".api",
+    "deploy_to_triton": ".api",
+    "serve_repository": ".api",
     "Tolerance": ".package.spec",
     "PackageSpec": ".package.spec",
     "KubernetesSettings": ".serve.kubernetes",
@@ -49,7 +51,7 @@ _LAZY = {
 if TYPE_CHECKING:
     from .api import (
         BenchmarkResult, BenchRow, BuildResult, Dim, ExportOptions, FactorySource, IdentitySource, OutputCheck,
-        Package, Report, export, load,
+        Package, Report, deploy_to_triton, export, load, serve_repository,
     )
     from .ops import identity_conv, load_op_library
     from .package.spec import PackageSpec, Tolerance
@@ -77,8 +79,10 @@ __all__ = [
     "PackageSpec",
     "Report",
     "Tolerance",
+    "deploy_to_triton",
     "export",
     "load",
+    "serve_repository",
     "CompileError",
     "ExportError",
     "InputError",

@@ -27,13 +27,13 @@ from .models.example import FactorySource, IdentitySource
 from .package.spec import BITWISE, CLOSE, ULP, PackageSpec, Tolerance
 from .serve.deployment import TritonDeployment, deploy_to_triton
 from .serve.serving import Serving
-from .serve.serving import start_serving as serve
+from .serve.serving import serve_repository
 from .serve.kubernetes import KubernetesSettings
 
 __all__ = [
     "BenchRow", "BenchmarkResult", "BuildResult", "Dim", "ExportOptions", "FactorySource", "IdentitySource",
     "ONNX_MODES", "ONNX_STAGES", "OutputCheck", "Package", "Report", "STAGES", "TARGETS", "TritonDeployment",
-    "Serving", "deploy_to_triton", "export", "load", "serve",
+    "Serving", "deploy_to_triton", "export", "load", "serve_repository",
 ]
 
 # torch.export's own Dim, re-exported: dynamic_shapes take it as torch.export does.

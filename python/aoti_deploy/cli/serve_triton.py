@@ -92,9 +92,9 @@ def serve_triton(
     # SIGTERM (a timeout, a cancelled job) unwinds like Ctrl-C, which stops the server.
     signal.signal(signal.SIGTERM, stop_on_signal)
     try:
-        from ..api import serve
+        from ..api import serve_repository
 
-        serving = serve(
+        serving = serve_repository(
             repository, list(model or []), keep=keep, log_file=log_file, http_port=http_port or None,
             grpc_port=grpc_port or None, metrics_port=metrics_port or None, timeout=timeout,
             on_started=lambda server: console.print(

@@ -115,7 +115,7 @@ def export_and_compile(
         for name in ("export", "compile"):
             with stage(name):
                 pass
-        result.calls = GraphCalls(sorted({op.name for op in cached.required_ops}), cached.required_classes)
+        result.calls = _recorded_calls(cached)
         result.reverified = True
         package_path = staging_path(output)
         try:
@@ -132,6 +132,11 @@ def export_and_compile(
         finally:
             package_path.unlink(missing_ok=True)
     return result
+
+
+def _recorded_calls(spec: PackageSpec) -> GraphCalls:
+    """What a cached package's graph calls, as its spec records it."""
+    return GraphCalls(sorted({op.name for op in spec.required_ops}), spec.required_classes)
 
 
 def _load_libraries(source: ModelSource, options: ExportOptions) -> list[Path]:
@@ -162,7 +167,7 @@ def _reuse(cached: PackageSpec, run: ExportRun, result: BuildResult) -> BuildRes
         outputs = load_package(run.output, cached).run(list(example.inputs))
         save_references(run.options.references, example.inputs, outputs, eager)
     result.spec = cached
-    result.calls = GraphCalls(sorted({op.name for op in cached.required_ops}), cached.required_classes)
+    result.calls = _recorded_calls(cached)
     result.checks = recorded_checks(cached, result.tolerance)
     result.cached = True
     return result

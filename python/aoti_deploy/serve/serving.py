@@ -1,6 +1,6 @@
 """A Triton model repository served: tritonserver started on loopback with this
 checkout's aoti backend, ready with every model asked for, checked request by request,
-and stopped (or left running). The one lifecycle ``aoti_deploy.serve`` and
+and stopped (or left running). The one lifecycle ``aoti_deploy.serve_repository`` and
 ``aoti-deploy serve`` share."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class Serving(ClosedOnExit):
         return self.server.stop()
 
 
-def start_serving(
+def serve_repository(
     repository: str | os.PathLike[str],
     models: Sequence[str] = (),
     *,
