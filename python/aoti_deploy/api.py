@@ -193,6 +193,8 @@ def export(
         package_path = Path(tempfile.mkdtemp(prefix="aoti_deploy_")) / f"{name}{suffix}"
     result = export_and_compile(source, chosen, Path(package_path), _logged_stages(on_stage),
                                 dynamic_shapes=dynamic_shapes, program=program)
+    for setting, reason in result.dropped_settings:
+        _log.warning("export: compiled without %s for this model, because with it %s", setting.name, reason)
     report = _build_report(result) if chosen.check else None
     if not result.written:
         error = VerificationError(

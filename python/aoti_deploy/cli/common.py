@@ -275,10 +275,12 @@ def step_progress(total: int) -> Iterator[Callable[[str], None]]:
             if started:
                 progress.advance(task)
             started.append(name)
+            if len(started) > total:  # a step ran again (a compile without a dropped setting)
+                progress.update(task, total=len(started))
             progress.update(task, description=name)
 
         yield on_step
-        progress.update(task, completed=total, description="done")
+        progress.update(task, completed=max(total, len(started)), description="done")
     except BaseException:
         progress.live.transient = True
         # The live display only: Progress.stop would add a blank line on a pipe.

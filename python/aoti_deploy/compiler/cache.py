@@ -24,6 +24,7 @@ from ..package.host import target_cpu_flags
 from ..package.spec import PackageSpec
 from .eager_check import recorded_checks
 from .options import ExportOptions
+from .speed import default_settings
 
 _TOOLKIT_DIR = Path(__file__).resolve().parents[1]
 
@@ -181,6 +182,7 @@ def build_cache_key(
     loaded (the options', or the default one). The tolerance is not in the key: it
     changes the check, not the compiled code."""
     inputs = example.inputs
+    speed = default_settings(options)
     key_options = {
         "device": options.device,
         **example.key,
@@ -195,6 +197,8 @@ def build_cache_key(
         "dynamic_shapes": repr(dynamic_shapes),
         "contents": 2,
         **({"inductor_configs": sorted(options.inductor_configs.items())} if options.inductor_configs else {}),
+        # The speed settings the compile starts with (speed.py's defaults change the code).
+        **({"speed": [[s.name, sorted(s.configs.items())] for s in speed]} if speed else {}),
         # Only when given, so the keys of packages built without it stay as they were.
         **({"input_values": sorted(options.input_values.items())} if options.input_values else {}),
     }

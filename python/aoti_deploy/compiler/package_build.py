@@ -5,6 +5,7 @@ recorded needs those of the compiled code."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +37,24 @@ from .structure import check_tensor_outputs, constant_inputs
 from .value_ranges import record_value_ranges
 
 
-def export_and_compile_package(
+@dataclass
+class ExportedGraph:
+    """What the export stage hands the compile stage: the program with its index
+    checks, the spec the package will record (its Inductor settings still to come),
+    the graph's calls and the user's graph as text."""
+
+    program: torch.export.ExportedProgram
+    spec: PackageSpec
+    calls: GraphCalls
+    graph_text: str
+    guard_messages: Any
+
+
+def export_graph(
     run: ExportRun, dynamic_shapes: Any = None, program: torch.export.ExportedProgram | None = None,
-) -> tuple[GraphCalls, str, Path]:
-    """The export and compile stages: the graph's calls, the graph as text, and the
-    package compiled beside the output under a temporary name (the caller removes it
-    if verification fails)."""
+) -> ExportedGraph:
+    """The export stage: export the model (or take ``program``), refuse what C++
+    cannot run, rewrite the graph, and write the spec the package will carry."""
     example, options, stage = run.example, run.options, run.stage
     traced = example.call.with_tensors(example.traced)
     with stage("export"):
@@ -65,8 +78,6 @@ def export_and_compile_package(
         inputs = record_value_ranges(program, input_specs(program), options.input_values)
         graph_text = str(program.graph)  # the user's graph, before the checks and Inductor's decompositions
         program, guards = guard_indices(program)
-
-    with stage("compile"):
         native = [op for op in calls.ops if op not in python_ops] + calls.classes
         spec = PackageSpec(
             inputs=inputs,
@@ -87,19 +98,32 @@ def export_and_compile_package(
             shared_dims=shared_dims(program),
             eager_check=run.tolerance,
             constant_inputs=constants,
-            inductor_configs=dict(options.inductor_configs),
         )
+    return ExportedGraph(program, spec, calls, graph_text, guards.messages)
+
+
+def compile_staged(
+    run: ExportRun, exported: ExportedGraph, inductor_configs: dict[str, Any], settings_note: str = "",
+    label: str = "compile",
+) -> Path:
+    """The compile stage: the package compiled with ``inductor_configs`` (recorded in
+    it) beside the output under a temporary name; the caller removes it if
+    verification fails. ``settings_note`` is added to the recorded optimizations."""
+    options = run.options
+    spec = replace(exported.spec, inductor_configs=dict(inductor_configs))
+    if settings_note:
+        spec.optimizations = f"{spec.optimizations}; {settings_note}"
+    with run.stage("compile", label):
         staging = staging_path(run.output)
         try:
             package_path = compile_with_checks_outside_parallel(
-                lambda: compile_package(program, staging, spec, options.cpu_target, options.inductor_configs),
-                guards.messages)
-            _record_called_ops(package_path, spec, calls, options)
+                lambda: compile_package(exported.program, staging, spec, options.cpu_target, inductor_configs),
+                exported.guard_messages)
+            _record_called_ops(package_path, spec, exported.calls, options)
         except BaseException:
             staging.unlink(missing_ok=True)
             raise
-
-    return calls, graph_text, package_path
+    return package_path
 
 
 def python_ops_error(python_ops: dict[str, str], where: str) -> ExportError:

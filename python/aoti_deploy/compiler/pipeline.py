@@ -16,7 +16,7 @@ from typing import Any, Union
 
 import torch
 
-from ..errors import OpLibraryError
+from ..errors import CompileError, OpLibraryError
 from ..models.example import FactorySource, IdentitySource, ModelExample
 from ..models.identity import IDENTITY_CLASS, IdentityModel
 from ..models.user import flatten_outputs, import_modules
@@ -31,8 +31,9 @@ from .eager_check import recorded_check, recorded_checks, spec_dynamic_dims, ver
 from .export import GraphCalls
 from .onnx_target import export_onnx_file
 from .options import ExportOptions
-from .package_build import export_and_compile_package
+from .package_build import ExportedGraph, compile_staged, export_graph
 from .result import BuildResult
+from .speed import compile_configs, default_settings, settings_summary
 from .stages import ExportRun
 from .staging import staging_path
 
@@ -79,12 +80,14 @@ def export_and_compile(
     timings: dict[str, float] = {}
 
     @contextmanager
-    def stage(name: str) -> Iterator[None]:
+    def stage(name: str, label: str | None = None) -> Iterator[None]:
+        # ``label``: what on_stage shows when a stage runs again (a compile without a
+        # dropped setting); its time adds to the stage's.
         if on_stage:
-            on_stage(name)
+            on_stage(label or name)
         start = time.perf_counter()
         yield
-        timings[name] = time.perf_counter() - start
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
 
     with stage("load op libraries"):
         libraries = _load_libraries(source, options)
@@ -124,7 +127,10 @@ def export_and_compile(
             package_path.unlink(missing_ok=True)
             raise
     else:
-        result.calls, result.graph, package_path = export_and_compile_package(run, dynamic_shapes, program)
+        exported = export_graph(run, dynamic_shapes, program)
+        result.calls, result.graph = exported.calls, exported.graph_text
+        _compile_and_verify(run, exported, key, result)
+        return result
 
     with stage("verify"):
         try:
@@ -132,6 +138,41 @@ def export_and_compile(
         finally:
             package_path.unlink(missing_ok=True)
     return result
+
+
+def _compile_and_verify(run: ExportRun, exported: ExportedGraph, key: str, result: BuildResult) -> None:
+    """Compile with the speed settings (speed.py) and verify; when the compile fails or
+    the package fails its check with settings applied, drop the last one and try
+    again, so what is written is always verified. A failure with none applied is
+    the model's own, raised or reported as ever."""
+    settings = default_settings(run.options)
+    while True:
+        summary = settings_summary(settings, result.dropped_settings) if (settings or result.dropped_settings) else ""
+        label = "compile" if not result.dropped_settings else (
+            f"compile again without {result.dropped_settings[-1][0].name}")
+        try:
+            package_path = compile_staged(run, exported, compile_configs(settings, run.options), summary, label)
+        except CompileError as error:
+            if not settings:
+                raise
+            result.dropped_settings.append((settings.pop(), f"the compile failed: {_first_line(error)}"))
+            continue
+        with run.stage("verify"):
+            try:
+                _verify_and_put_in_place(run, package_path, key, result)
+            finally:
+                package_path.unlink(missing_ok=True)
+        if result.written or not settings:
+            result.speed_settings = [setting.name for setting in settings]
+            return
+        worst = next((f"{check}: {comparison}" for check, comparison in result.checks if not comparison.passed),
+                     "a check failed")
+        result.dropped_settings.append((settings.pop(), f"the package failed its check against eager: {worst}"))
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return (text[0] if text else type(error).__name__)[:300]
 
 
 def _recorded_calls(spec: PackageSpec) -> GraphCalls:

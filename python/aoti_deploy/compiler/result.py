@@ -13,6 +13,7 @@ from ..verify.tolerance import FAILED, Tolerance, list_verdict
 from ..package.spec import PackageSpec
 from .eager_check import Check
 from .export import GraphCalls
+from .speed import SpeedSetting
 
 # The stages of an export, in order, as on_stage reports them.
 STAGES = ("load op libraries", "build model", "export", "compile", "verify")
@@ -46,6 +47,10 @@ class BuildResult:
     # ONNX target only: (domain, op type) of each node, and the torchbind routes taken.
     onnx_nodes: list[tuple[str, str]] = field(default_factory=list)
     onnx_routes: list[str] = field(default_factory=list)
+    # The speed settings (compiler/speed.py) the package was compiled with, and those
+    # dropped for this model with the reason (its compile failed, or its check).
+    speed_settings: list[str] = field(default_factory=list)
+    dropped_settings: list[tuple["SpeedSetting", str]] = field(default_factory=list)
 
     @property
     def example_input(self) -> torch.Tensor:

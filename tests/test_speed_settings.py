@@ -1,0 +1,85 @@
+"""The CPU speed settings an export applies by default (compiler/speed.py): applied
+and recorded, never over the user's own settings, and dropped for a model whose
+compile or check fails with them, so what is written is always verified.
+
+The drop test gives the export three settings that really break: a C++ compiler that
+is not there (Inductor's compile fails) and floating-point contraction (the compiled
+multiply-add is one FMA, which differs in bits from eager's multiply then add, under
+a bitwise rule). Everything else is the real export: Inductor, the compile and the
+check against eager."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+import aoti_deploy as ad
+from aoti_deploy.compiler import speed
+from aoti_deploy.compiler.options import ExportOptions
+from aoti_deploy.compiler.speed import SpeedSetting, default_settings
+from aoti_deploy.package.archive import read_package_spec
+
+
+class MulAdd(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x * y + 0.3
+
+
+def names(settings: list[SpeedSetting]) -> list[str]:
+    return [setting.name for setting in settings]
+
+
+def test_cpu_packages_start_with_the_defaults() -> None:
+    assert names(default_settings(ExportOptions())) == ["freezing"]
+
+
+@pytest.mark.parametrize("options", [
+    ExportOptions(optimize=False),
+    ExportOptions(device="cuda"),
+    ExportOptions(target="onnx"),
+    ExportOptions(inductor_configs={"freezing": False}),
+], ids=["no-optimize", "cuda", "onnx", "user-said-no"])
+def test_no_defaults_where_they_do_not_apply_or_the_user_chose(options: ExportOptions) -> None:
+    assert default_settings(options) == []
+
+
+def test_the_demo_package_records_freezing(compiled_package) -> None:  # noqa: ANN001
+    spec = read_package_spec(compiled_package.path)
+    assert spec.inductor_configs == {"freezing": True}
+    assert "speed settings: freezing" in spec.optimizations
+
+
+def test_a_setting_that_breaks_a_model_is_dropped_and_said(monkeypatch: pytest.MonkeyPatch, tmp_path,  # noqa: ANN001
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(speed, "CPU_DEFAULTS", (
+        speed.CPU_DEFAULTS[0],
+        SpeedSetting("fp-contract", {"cpp.enable_floating_point_contract_flag": "fast"}, "fused multiply-add"),
+        SpeedSetting("missing-compiler", {"cpp.cxx": "no-such-compiler"}, "a compiler that is not there"),
+    ))
+    generator = torch.Generator().manual_seed(0)
+    x, y = torch.randn(4, 1024, generator=generator), torch.randn(4, 1024, generator=generator)
+    stages: list[str] = []
+    with caplog.at_level(logging.WARNING, logger="aoti_deploy"):
+        package = ad.export(MulAdd(), (x, y), package_path=tmp_path / "muladd.pt2", tolerance="bitwise",
+                            on_stage=stages.append)
+    result = package.result
+    dropped = {setting.name: reason for setting, reason in result.dropped_settings}
+    assert list(dropped) == ["missing-compiler", "fp-contract"]
+    assert dropped["missing-compiler"].startswith("the compile failed:")
+    assert "no-such-compiler" in dropped["missing-compiler"]
+    assert dropped["fp-contract"].startswith("the package failed its check against eager:")
+    assert "elements differ" in dropped["fp-contract"]
+    assert result.speed_settings == ["freezing"]
+    assert result.bit_identical
+    # The package records what it was compiled with, and what was dropped.
+    assert package.spec.inductor_configs == {"freezing": True}
+    assert "speed settings: freezing; dropped missing-compiler" in package.spec.optimizations
+    assert "dropped fp-contract (the package failed its check" in package.spec.optimizations
+    assert stages.count("compile") == 1
+    assert "compile again without missing-compiler" in stages and "compile again without fp-contract" in stages
+    warned = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert any("compiled without fp-contract for this model" in line for line in warned)
+    out = package(x, y)
+    assert torch.equal(out.view(torch.int32), (x * y + 0.3).view(torch.int32))
