@@ -8,7 +8,15 @@ kinds and per-layer shapes:
 - ``resnet18``: ResNet-18's stages (basic blocks 2-2-2-2, widths 64-128-256-512)
   on 224x224 images;
 - ``causal_lm``: a Llama-style causal LM (4 layers, hidden 256, grouped-query
-  attention, SwiGLU, vocabulary 8000), logits for a 128-token prompt.
+  attention, SwiGLU, vocabulary 8000), logits for a 128-token prompt;
+- the vision set, full size, 1000-class logits of 224x224 images: ``resnet50``,
+  ``efficientnet_b0``, ``mobilenet_v2``, ``convnext_tiny`` and ``vit_tiny`` (ViT with
+  DeiT-Tiny's sizes: hidden 192, 12 layers, 3 heads, patch 16).
+
+The vision models take PyTorch's own initialisation, and their BatchNorm statistics
+are measured on random batches: with transformers' N(0, 0.02) weights and BatchNorm at
+its initial statistics, activations of the deep convolutional ones shrink to zero and
+denormals, and every runtime's timing would measure that instead.
 
 Each factory returns the module in eval mode and keyword inputs at ``batch``.
 Needs the ``hf`` extra.
@@ -17,6 +25,8 @@ Needs the ``hf`` extra.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -66,4 +76,71 @@ def causal_lm(batch: int = 1, sequence: int = 128, seed: int = 0) -> tuple[nn.Mo
     return model, _tokens(batch, sequence, config.vocab_size, seed)
 
 
+def _vision(make: Callable[[], nn.Module], batch: int, image: int,
+            seed: int) -> tuple[nn.Module, dict[str, torch.Tensor]]:
+    """The model ``make`` builds, with PyTorch's initialisation and BatchNorm statistics
+    measured on two random batches of 8; in eval mode, with pixel_values [B, 3, image,
+    image]."""
+    with _seeded(seed):
+        model = make()
+        for module in model.modules():
+            if module is not model and hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+        norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        if norms:
+            for norm in norms:
+                norm.reset_running_stats()
+                norm.momentum = None  # a cumulative average
+            model.train()
+            with torch.no_grad():
+                for _ in range(2):
+                    model(pixel_values=torch.randn(8, 3, image, image))
+    generator = torch.Generator().manual_seed(seed)
+    return model.eval(), {"pixel_values": torch.randn(batch, 3, image, image, generator=generator)}
+
+
+def resnet50(batch: int = 1, image: int = 224, seed: int = 0) -> tuple[nn.Module, dict[str, torch.Tensor]]:
+    """ResNetForImageClassification with ResNet-50's stages (bottlenecks 3-4-6-3)."""
+    from transformers import ResNetConfig, ResNetForImageClassification
+
+    return _vision(lambda: ResNetForImageClassification(ResNetConfig(num_labels=1000)), batch, image, seed)
+
+
+def efficientnet_b0(batch: int = 1, image: int = 224, seed: int = 0) -> tuple[nn.Module, dict[str, torch.Tensor]]:
+    """EfficientNetForImageClassification at B0's width, depth and head (1280)."""
+    from transformers import EfficientNetConfig, EfficientNetForImageClassification
+
+    config = EfficientNetConfig(width_coefficient=1.0, depth_coefficient=1.0, image_size=image, hidden_dim=1280,
+                                dropout_rate=0.2, num_labels=1000)
+    return _vision(lambda: EfficientNetForImageClassification(config), batch, image, seed)
+
+
+def mobilenet_v2(batch: int = 1, image: int = 224, seed: int = 0) -> tuple[nn.Module, dict[str, torch.Tensor]]:
+    """MobileNetV2ForImageClassification, depth multiplier 1.0."""
+    from transformers import MobileNetV2Config, MobileNetV2ForImageClassification
+
+    return _vision(lambda: MobileNetV2ForImageClassification(MobileNetV2Config(image_size=image, num_labels=1000)),
+                   batch, image, seed)
+
+
+def convnext_tiny(batch: int = 1, image: int = 224, seed: int = 0) -> tuple[nn.Module, dict[str, torch.Tensor]]:
+    """ConvNextForImageClassification with ConvNeXt-T's stages (3-3-9-3, 96-768)."""
+    from transformers import ConvNextConfig, ConvNextForImageClassification
+
+    return _vision(lambda: ConvNextForImageClassification(ConvNextConfig(num_labels=1000)), batch, image, seed)
+
+
+def vit_tiny(batch: int = 1, image: int = 224, seed: int = 0) -> tuple[nn.Module, dict[str, torch.Tensor]]:
+    """ViTForImageClassification with DeiT-Tiny's sizes."""
+    from transformers import ViTConfig, ViTForImageClassification
+
+    config = ViTConfig(hidden_size=192, num_hidden_layers=12, num_attention_heads=3, intermediate_size=768,
+                       image_size=image, patch_size=16, num_labels=1000)
+    return _vision(lambda: ViTForImageClassification(config), batch, image, seed)
+
+
 FACTORIES = {"bert_base4": bert_base4, "resnet18": resnet18, "causal_lm": causal_lm}
+# The vision set of the CPU comparison (issue: the fastest verified package on the CPU).
+VISION = {"resnet50": resnet50, "efficientnet_b0": efficientnet_b0, "mobilenet_v2": mobilenet_v2,
+          "convnext_tiny": convnext_tiny, "vit_tiny": vit_tiny}
+FACTORIES.update(VISION)

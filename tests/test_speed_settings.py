@@ -20,6 +20,8 @@ from aoti_deploy.compiler import speed
 from aoti_deploy.compiler.options import ExportOptions
 from aoti_deploy.compiler.speed import SpeedSetting, default_settings
 from aoti_deploy.package.archive import read_package_spec
+from aoti_deploy.verify.bits import compare_bits
+from conftest import run_cli
 
 
 class MulAdd(torch.nn.Module):
@@ -82,4 +84,56 @@ def test_a_setting_that_breaks_a_model_is_dropped_and_said(monkeypatch: pytest.M
     warned = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
     assert any("compiled without fp-contract for this model" in line for line in warned)
     out = package(x, y)
-    assert torch.equal(out.view(torch.int32), (x * y + 0.3).view(torch.int32))
+    assert compare_bits(out, x * y + 0.3).identical
+
+
+def test_tune_keeps_the_fastest_verified_candidate(tmp_path, build) -> None:  # noqa: ANN001
+    """Every candidate compiled, verified and timed in the C++ runner; the package is
+    the fastest one's, records every row, and inspect shows them."""
+    generator = torch.Generator().manual_seed(1)
+    x, y = torch.randn(64, 1024, generator=generator), torch.randn(64, 1024, generator=generator)
+    stages: list[str] = []
+    package = ad.export(MulAdd(), (x, y), package_path=tmp_path / "tuned.pt2", optimize="tune",
+                        on_stage=stages.append)
+    rows = package.spec.tuning
+    assert [row["name"] for row in rows] == [
+        "toolkit defaults (freezing)", "Inductor's defaults", "freezing + C++ GEMM template", "freezing, NCHW layout"]
+    assert all(row["result"].startswith("verified") and row["p50_us"] > 0 for row in rows), rows
+    chosen = [row for row in rows if row["result"] == "verified; chosen, the fastest"]
+    assert len(chosen) == 1 and chosen[0]["p50_us"] == min(row["p50_us"] for row in rows)
+    assert package.spec.inductor_configs == chosen[0]["inductor_configs"]
+    assert f"tuned: {chosen[0]['name']}, the fastest verified of 4 candidates" in package.spec.optimizations
+    assert "tune 1/4: toolkit defaults (freezing): compile" in stages and "tune 4/4: freezing, NCHW layout: time" in stages
+    assert package.result.passed
+    # The written package is the chosen one, and still runs as eager does.
+    assert compare_bits(package(x, y), x * y + 0.3).identical
+    shown = run_cli("aoti-deploy", "inspect", str(tmp_path / "tuned.pt2"), cwd=tmp_path, build=build)
+    assert shown.returncode == 0, shown.stderr
+    assert "tuning: Inductor's defaults" in shown.stdout and "chosen, the fastest" in shown.stdout
+    # A reread spec keeps the rows (the runners ignore them).
+    assert read_package_spec(tmp_path / "tuned.pt2").tuning == rows
+
+
+def test_tune_stops_at_its_budget(tmp_path, build) -> None:  # noqa: ANN001
+    """From the CLI: the first candidate is always tried; once the budget is spent,
+    the others are recorded as not tried."""
+    out = tmp_path / "budget.pt2"
+    result = run_cli("aoti-deploy", "export", "--output", str(out), "--tune", "--tune-budget", "1", cwd=tmp_path,
+                     build=build, COLUMNS="200")
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = read_package_spec(out).tuning
+    assert rows[0]["result"] == "verified; chosen, the fastest"
+    assert [row["result"] for row in rows[1:]] == ["not tried: the tuning budget of 1 s was spent"] * (len(rows) - 1)
+    assert "tune: Inductor's defaults" in result.stdout and "not tried" in result.stdout
+
+
+@pytest.mark.parametrize("values, expected", [
+    ({"optimize": "fast"}, "optimize must be True, False or 'tune'; got 'fast'"),
+    ({"optimize": "tune", "target": "onnx"}, "tunes .pt2 packages for the CPU, but this export's target is onnx on cpu"),
+    ({"optimize": "tune", "tune_budget": 0}, "tune_budget must be a positive number of seconds; got 0"),
+])
+def test_tune_options_are_checked(values: dict, expected: str, tmp_path) -> None:  # noqa: ANN001
+    with pytest.raises(ad.InputError) as error:
+        ad.export(MulAdd(), (torch.ones(2), torch.ones(2)), package_path=tmp_path / "x.pt2", **values)
+    assert expected in str(error.value)
+    assert not list(tmp_path.iterdir())

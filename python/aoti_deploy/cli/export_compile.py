@@ -221,9 +221,20 @@ def export_compile(
         typer.Option(
             help="Export-time graph optimizations that keep eager's bits: pointwise (1x1 depthwise, "
             "no bias, unstrided, unpadded) convs become one fused multiply, each after a bit-exactness "
-            "probe with special values. --no-optimize compiles the graph as exported.",
+            "probe with special values. On the CPU also the speed settings that measured fastest "
+            "(freezing), each dropped for a model whose compile or check it breaks. --no-optimize compiles "
+            "the graph as exported, with Inductor's own defaults.",
         ),
     ] = True,
+    tune: Annotated[bool, typer.Option(
+        "--tune",
+        help="Compile the model under each candidate set of Inductor settings, check each against eager, "
+        "time each in the C++ runner on the example inputs, and keep the fastest verified package. The "
+        "package records every candidate's time (inspect shows them). CPU .pt2 packages only.",
+    )] = False,
+    tune_budget: Annotated[float, typer.Option(
+        min=1, help="Seconds --tune may spend; a candidate not started by then is not tried.",
+    )] = 600.0,
     cpu_target: Annotated[
         CpuTargetName,
         typer.Option(
@@ -307,8 +318,8 @@ def export_compile(
             fake_modules=list(fake_module or []), cpu_target=cpu_target.value, seed=seed,
             tolerance=tolerance_override(bitwise, max_ulp, rtol, atol),
             input_values=dict(getattr(source, "input_values", {})), allow_python_ops=allow_python_ops,
-            inductor_configs=parse_inductor_configs(inductor_config or []), optimize=optimize, force=force,
-            references=save_reference,
+            inductor_configs=parse_inductor_configs(inductor_config or []),
+            optimize="tune" if tune else optimize, tune_budget=tune_budget, force=force, references=save_reference,
         )
     except Exception as error:  # a bad --model-arg, --input-shape or --dynamic-dim
         exit_with(error)
@@ -370,6 +381,9 @@ def export_compile(
         if spec.values is not None:
             table.add_row(f"input[{i}] values", f"{spec.values.min}..{spec.values.max} ({spec.values.why})")
     table.add_row("optimizations", result.spec.optimizations)
+    for row in result.spec.tuning:
+        timed = f"p50 {row['p50_us']:.0f} µs (C++ runner)" if row["p50_us"] is not None else "not timed"
+        table.add_row(f"tune: {row['name']}", f"{timed}; {row['result']}")
     table.add_row("custom ops", ", ".join(result.calls.ops))
     table.add_row("torchbind classes", ", ".join(result.calls.classes))
     if result.spec.python_only_ops:
@@ -454,6 +468,8 @@ FLAGS = {
     "export with target='onnx'": "run export_compile onnx",
     "(device='cpu')": "(--device cpu)",
     "with op_libraries": "with --op-lib",
+    "optimize='tune' tunes": "--tune tunes",
+    "tune_budget must": "--tune-budget must",
 }
 
 

@@ -188,6 +188,7 @@ def build_cache_key(
         **example.key,
         "dynamic": [str(d) for d in example.dynamic_dims],
         "optimize": options.optimize,
+        **({"tune_budget": options.tune_budget} if options.optimize == "tune" else {}),
         "allow_python_ops": options.allow_python_ops,
         "fake_modules": list(options.fake_modules),
         "cpu_target": options.cpu_target,

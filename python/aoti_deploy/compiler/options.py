@@ -15,6 +15,8 @@ from ..verify.tolerance import Tolerance
 # What an export writes, and how the ONNX target writes custom ops (onnx_export.py).
 TARGETS = ("pt2", "onnx")
 ONNX_MODES = ("portable", "custom-domain")
+# optimize's value that asks for the tuner.
+TUNE = "tune"
 
 
 @dataclass
@@ -47,7 +49,14 @@ class ExportOptions:
             calls ops defined from Python.
         inductor_configs: Inductor settings to compile with (e.g. {"freezing":
             True}); .pt2 only, recorded and verified like everything else.
-        optimize: export-time graph rewrites that keep eager's bits.
+        optimize: True: export-time graph rewrites that keep eager's bits, and on the
+            CPU the speed settings that measured fastest (compiler/speed.py), each
+            dropped for a model it breaks; "tune": the same rewrites, then compile
+            the candidate settings (compiler/tuner.py), verify each, time each in the
+            C++ runner and keep the fastest verified package; False: the graph as
+            exported, with Inductor's own defaults.
+        tune_budget: seconds the tuner may spend; a candidate not started by then is
+            not tried (the first always is).
         force: rebuild even if the output holds a package built from the same inputs.
         references: a folder to write the example inputs, the package's outputs and
             eager's to (inputs.pt, expected.pt, eager.pt), for the runners' checks.
@@ -65,7 +74,8 @@ class ExportOptions:
     input_values: dict[int, tuple[int, int]] = field(default_factory=dict)
     allow_python_ops: bool = False
     inductor_configs: dict[str, Any] = field(default_factory=dict)
-    optimize: bool = True
+    optimize: bool | str = True
+    tune_budget: float = 600.0
     force: bool = False
     references: Path | None = None
 
@@ -78,6 +88,13 @@ class ExportOptions:
 
         if self.target not in TARGETS:
             raise InputError(f"unknown target {self.target!r}; expected one of {', '.join(TARGETS)}")
+        if not (isinstance(self.optimize, bool) or self.optimize == TUNE):
+            raise InputError(f"optimize must be True, False or {TUNE!r}; got {self.optimize!r}")
+        if self.optimize == TUNE and (self.target != "pt2" or self.device != "cpu"):
+            raise InputError(f"optimize={TUNE!r} tunes .pt2 packages for the CPU, but this export's target is "
+                             f"{self.target} on {self.device}")
+        if not 0 < self.tune_budget < float("inf"):
+            raise InputError(f"tune_budget must be a positive number of seconds; got {self.tune_budget!r}")
         if self.inductor_configs:
             if self.target != "pt2":
                 raise InputError("inductor_configs apply to .pt2 packages; an ONNX file is not compiled by Inductor")

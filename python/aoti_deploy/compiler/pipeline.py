@@ -21,20 +21,21 @@ from ..models.example import FactorySource, IdentitySource, ModelExample
 from ..models.identity import IDENTITY_CLASS, IdentityModel
 from ..models.user import flatten_outputs, import_modules
 from ..ops.loader import LIBRARY_NAME, load_op_libraries, load_op_library
-from ..package.archive import read_package_spec, rewrite_package_metadata
 from ..package.spec import OpRef, PackageSpec
 from ..runtime.aoti import load_package
 from ..runtime.tensor_files import save_references
-from ..verify.tolerance import BITWISE, CLOSE, FAILED, Tolerance, list_verdict
+from ..verify.tolerance import BITWISE, CLOSE, Tolerance
 from .cache import build_cache_key, cached_spec
-from .eager_check import recorded_check, recorded_checks, spec_dynamic_dims, verify_against_eager
+from .eager_check import recorded_checks
 from .export import GraphCalls
 from .onnx_target import export_onnx_file
-from .options import ExportOptions
+from .options import TUNE, ExportOptions
 from .package_build import ExportedGraph, compile_staged, export_graph
+from .package_check import check_staged, put_in_place, save_staged_references
 from .result import BuildResult
 from .speed import compile_configs, default_settings, settings_summary
 from .stages import ExportRun
+from .tuner import tune
 from .staging import staging_path
 
 # What to export: a model with its example call already made (the Python API), or a
@@ -129,7 +130,10 @@ def export_and_compile(
     else:
         exported = export_graph(run, dynamic_shapes, program)
         result.calls, result.graph = exported.calls, exported.graph_text
-        _compile_and_verify(run, exported, key, result)
+        if options.optimize == TUNE:
+            tune(run, exported, key, result)
+        else:
+            _compile_and_verify(run, exported, key, result)
         return result
 
     with stage("verify"):
@@ -217,27 +221,10 @@ def _reuse(cached: PackageSpec, run: ExportRun, result: BuildResult) -> BuildRes
 def _verify_and_put_in_place(run: ExportRun, package_path: Path, key: str, result: BuildResult) -> None:
     """Check the staged package against eager; one that passed records its checks
     (and the cache key) and replaces the output."""
-    example, options, output = run.example, run.options, run.output
-    spec = read_package_spec(package_path)
-    checks = []
-    if options.check:
-        package = load_package(package_path, spec)
-        checks, outputs, eager = verify_against_eager(
-            example.model, example.call, example.dynamic_dims or spec_dynamic_dims(spec), options.seed, package.run,
-            "the package", "package", result.tolerance,
-        )
-        if options.references is not None:
-            save_references(options.references, example.inputs, outputs, eager)
-    result.spec, result.checks = spec, checks
-    result.written = list_verdict([comparison for _, comparison in checks]) != FAILED
-    if result.written:
-        # The key is recorded only in a package that passed, so only such a package
-        # is ever reused; an unchecked one records no checks.
-        spec.cache_key = key if options.check else ""
-        spec.eager_check = result.tolerance
-        spec.verified = [[label, recorded_check(comparison)] for label, comparison in checks]
-        rewrite_package_metadata(package_path, package_path, spec.to_metadata())
-        package_path.replace(output)
+    found = check_staged(run, package_path, result)
+    save_staged_references(run, found)
+    if found.passed:
+        put_in_place(run, package_path, key, result, found)
 
 
 def _require_identity_library(model_class: type[IdentityModel], libraries: list[Path]) -> None:

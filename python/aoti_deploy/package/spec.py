@@ -17,6 +17,7 @@ from .json_text import parse_json_limited
 from .spec_fields import (
     constant_inputs_of,
     inductor_configs_of,
+    tuning_of,
     int_of,
     list_of,
     qualified_of,
@@ -89,6 +90,10 @@ class PackageSpec:
     # The Inductor settings the package was compiled with (export's inductor_configs):
     # booleans, integers and strings by config name.
     inductor_configs: dict[str, bool | int | str] = field(default_factory=dict)
+    # An export with optimize="tune": each candidate's {"name", "inductor_configs",
+    # "p50_us" (null when it was not timed), "result"}, in the order tried. Read by
+    # inspect; the runners ignore it.
+    tuning: list[dict[str, Any]] = field(default_factory=list)
     aoti: dict[str, str] = field(default_factory=dict)  # AOTI's own entries (CPU ISA, ...)
     schema_version: int = SCHEMA_VERSION  # the version the spec was read from
 
@@ -128,6 +133,7 @@ class PackageSpec:
             **({} if self.eager_check is None else {"eager_check": self.eager_check.to_document()}),
             **({"constant_inputs": list(self.constant_inputs)} if self.constant_inputs else {}),
             **({"inductor_configs": dict(self.inductor_configs)} if self.inductor_configs else {}),
+            **({"tuning": [dict(row) for row in self.tuning]} if self.tuning else {}),
         }
 
     def to_metadata(self) -> dict[str, str]:
@@ -167,6 +173,9 @@ class PackageSpec:
         if self.inductor_configs:
             settings = (f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in sorted(self.inductor_configs.items()))
             rows.append(("inductor configs", ", ".join(settings)))
+        for row in self.tuning:
+            timed = f"p50 {row['p50_us']:.0f} µs" if row["p50_us"] is not None else "not timed"
+            rows.append((f"tuning: {row['name']}", f"{timed}; {row['result']}"))
         return rows
 
     def to_json(self) -> dict[str, object]:
@@ -302,5 +311,6 @@ def parse_document(document: Any) -> PackageSpec:
         eager_check=None if get("eager_check", None) is None else tolerance_of(document["eager_check"], "eager_check"),
         constant_inputs=constant_inputs_of(get("constant_inputs", [])),
         inductor_configs=inductor_configs_of(get("inductor_configs", {})),
+        tuning=tuning_of(get("tuning", [])),
         schema_version=version,
     )

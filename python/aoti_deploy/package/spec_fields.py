@@ -211,3 +211,24 @@ def inductor_configs_of(value: Any) -> dict[str, bool | int | str]:
             raise malformed(f"inductor_configs.{key}: expected a boolean, integer or string, got {json.dumps(setting)}")
         configs[key] = setting
     return configs
+
+
+def tuning_of(value: Any) -> list[dict[str, Any]]:
+    """The ``tuning`` entry: an array of {"name": string, "inductor_configs": object,
+    "p50_us": a number >= 0 or null, "result": string}."""
+    rows = list_of(value, "tuning")
+    checked = []
+    for i, row in enumerate(rows):
+        where = f"tuning[{i}]"
+        if not isinstance(row, dict):
+            raise malformed(f"{where}: expected an object, got {type_name_of(row)}")
+        p50 = row.get("p50_us")
+        if p50 is not None and (type(p50) not in (int, float) or not 0 <= p50 < float("inf")):
+            raise malformed(f"{where}.p50_us: expected a finite number >= 0 or null, got {json.dumps(p50)}")
+        checked.append({
+            "name": str_of(row.get("name"), f"{where}.name"),
+            "inductor_configs": inductor_configs_of(row.get("inductor_configs", {})),
+            "p50_us": p50,
+            "result": str_of(row.get("result"), f"{where}.result"),
+        })
+    return checked

@@ -1,0 +1,141 @@
+"""``optimize="tune"``: compile the model under each candidate set of Inductor
+settings, check each against eager, time each verified one in the C++ runner on the
+example inputs, and keep the fastest. The package records every candidate's row
+(spec ``tuning``; ``inspect`` shows them) and compiles with the winner's settings.
+
+Bounded by ``tune_budget`` seconds: a candidate not started by then is recorded as
+not tried. The first candidate, the toolkit's defaults, is always tried."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import AotiDeployError, CompileError
+from ..runtime.aoti import load_package
+from ..runtime.cpp_runner import CppRunner
+from .package_build import ExportedGraph, compile_staged
+from .package_check import StagedCheck, check_staged, put_in_place, save_staged_references
+from .result import BuildResult
+from .speed import compile_configs, default_settings
+from .stages import ExportRun
+
+# Seconds of timed runs per candidate, once its speed is known from a first few.
+_TIMING_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    configs: dict[str, Any]
+
+
+def candidates(run: ExportRun) -> list[Candidate]:
+    """The toolkit's defaults first, then the settings that won on some model in the
+    measurements (docs/performance.md): Inductor's own defaults, the C++ GEMM
+    template of max-autotune, and the NCHW layout (no layout optimisation). The
+    user's own settings apply over each; candidates that come out the same are
+    tried once."""
+    options = run.options
+    freezing = compile_configs(default_settings(options), options)
+    listed = [
+        Candidate("toolkit defaults (freezing)", freezing),
+        Candidate("Inductor's defaults", {**options.inductor_configs}),
+        Candidate("freezing + C++ GEMM template",
+                  {**freezing, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
+                   **options.inductor_configs}),
+        Candidate("freezing, NCHW layout", {**freezing, "layout_optimization": False, **options.inductor_configs}),
+    ]
+    unique: dict[str, Candidate] = {}
+    for candidate in listed:
+        unique.setdefault(repr(sorted(candidate.configs.items())), candidate)
+    return list(unique.values())
+
+
+def tune(run: ExportRun, exported: ExportedGraph, key: str, result: BuildResult) -> None:
+    """Try every candidate within the budget; put the fastest verified package in
+    place. When none passes, ``result.written`` is False, as for any export whose
+    check failed (the last failure's checks are in ``result``)."""
+    tried = candidates(run)
+    deadline = time.monotonic() + run.options.tune_budget
+    rows: list[dict[str, Any]] = []
+    best: tuple[float, Path, Candidate, StagedCheck] | None = None
+    last_failed: StagedCheck | None = None
+    try:
+        for i, candidate in enumerate(tried, 1):
+            row = {"name": candidate.name, "inductor_configs": dict(candidate.configs), "p50_us": None, "result": ""}
+            rows.append(row)
+            if i > 1 and time.monotonic() > deadline:
+                row["result"] = f"not tried: the tuning budget of {run.options.tune_budget:g} s was spent"
+                continue
+            prefix = f"tune {i}/{len(tried)}: {candidate.name}"
+            try:
+                path = compile_staged(run, exported, candidate.configs, "", f"{prefix}: compile")
+            except CompileError as error:
+                row["result"] = f"the compile failed: {str(error).strip().splitlines()[0][:300]}"
+                continue
+            keep = False
+            try:
+                with run.stage("verify", f"{prefix}: verify"):
+                    found = check_staged(run, path, result)
+                if not found.passed:
+                    last_failed = found
+                    worst = next(f"{label}: {c}" for label, c in found.checks if not c.passed)
+                    row["result"] = f"failed its check against eager: {worst}"
+                    continue
+                try:
+                    with run.stage("tune", f"{prefix}: time"):
+                        p50 = _time(run, path, found)
+                except AotiDeployError as error:
+                    row["result"] = f"verified, but could not be timed: {str(error).strip().splitlines()[0][:300]}"
+                    continue
+                row["p50_us"], row["result"] = round(p50, 1), "verified"
+                if best is None or p50 < best[0]:
+                    if best is not None:
+                        best[1].unlink(missing_ok=True)
+                    best, keep = (p50, path, candidate, found), True
+            finally:
+                if not keep:
+                    path.unlink(missing_ok=True)
+        if best is None:
+            if last_failed is not None:
+                save_staged_references(run, last_failed)
+            result.written = False
+            return
+        p50, path, chosen, found = best
+        for row in rows:
+            if row["name"] == chosen.name:
+                row["result"] = "verified; chosen, the fastest"
+        found.spec.tuning = rows
+        found.spec.optimizations += f"; tuned: {chosen.name}, the fastest verified of {len(tried)} candidates"
+        result.spec, result.checks = found.spec, found.checks
+        result.speed_settings = [chosen.name]
+        save_staged_references(run, found)
+        put_in_place(run, path, key, result, found)
+    finally:
+        if best is not None:
+            best[1].unlink(missing_ok=True)
+
+
+def _time(run: ExportRun, path: Path, found: StagedCheck) -> float:
+    """The candidate's p50 in µs on the example inputs: in the C++ runner (its own
+    timing, all cores), or in the Python runtime for a package only Python can run.
+    A few runs first, then about two seconds' worth."""
+    inputs = list(run.example.inputs)
+    if found.spec.python_only_ops:
+        package = load_package(path, found.spec)
+        for _ in range(3):
+            package.run(inputs)
+        times: list[float] = []
+        while len(times) < 5 or (sum(times) < _TIMING_SECONDS and len(times) < 200):
+            started = time.perf_counter()
+            package.run(inputs)
+            times.append(time.perf_counter() - started)
+        return statistics.median(times) * 1e6
+    runner = CppRunner(path, [str(p) for p in run.libraries])
+    first = float(runner.bench(inputs, 3, 1)["p50_us"])
+    iterations = max(5, min(200, int(_TIMING_SECONDS * 1e6 / max(first, 1.0))))
+    return float(runner.bench(inputs, iterations, 2)["p50_us"])
