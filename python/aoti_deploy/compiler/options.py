@@ -50,7 +50,9 @@ class ExportOptions:
         optimize: export-time graph rewrites that keep eager's bits.
         force: rebuild even if the output holds a package built from the same inputs.
         references: a folder to write the example inputs, the package's outputs and
-            eager's to (inputs.pt, expected.pt, eager.pt), for the runners' checks.
+            eager's to (inputs.pt, expected.pt, eager.pt), for the runners' checks; the
+            outputs as the runners' --outputs writes them (by name for a model that
+            returns a dict).
     """
 
     target: str = "pt2"

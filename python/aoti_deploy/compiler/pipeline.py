@@ -165,7 +165,7 @@ def _reuse(cached: PackageSpec, run: ExportRun, result: BuildResult) -> BuildRes
         with torch.no_grad():
             eager = flatten_outputs(example.call.call(example.model))
         outputs = load_package(run.output, cached).run(list(example.inputs))
-        save_references(run.options.references, example.inputs, outputs, eager)
+        save_references(run.options.references, example.inputs, outputs, eager, cached.named_outputs(len(outputs)))
     result.spec = cached
     result.calls = _recorded_calls(cached)
     result.checks = recorded_checks(cached, result.tolerance)
@@ -186,7 +186,7 @@ def _verify_and_put_in_place(run: ExportRun, package_path: Path, key: str, resul
             "the package", "package", result.tolerance,
         )
         if options.references is not None:
-            save_references(options.references, example.inputs, outputs, eager)
+            save_references(options.references, example.inputs, outputs, eager, spec.named_outputs(len(outputs)))
     result.spec, result.checks = spec, checks
     result.written = list_verdict([comparison for _, comparison in checks]) != FAILED
     if result.written:
