@@ -183,7 +183,7 @@ def _verify_and_put_in_place(run: ExportRun, package_path: Path, key: str, resul
         package = load_package(package_path, spec)
         checks, outputs, eager = verify_against_eager(
             example.model, example.call, example.dynamic_dims or spec_dynamic_dims(spec), options.seed, package.run,
-            "the package", "package", result.tolerance,
+            "the package", "package", result.tolerance, spec,
         )
         if options.references is not None:
             save_references(options.references, example.inputs, outputs, eager, spec.named_outputs(len(outputs)))
