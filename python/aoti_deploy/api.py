@@ -46,9 +46,9 @@ AGAINST = ("eager", "cpp")
 class OutputCheck:
     """One output against its reference: whether it passed the rule, and where and
     how far it differs (None where it does not). ``name`` labels it as the runners
-    do: "output 'scores'" when the model returns its outputs by name, else
-    "output[0]"; an export's checks put the call's shapes first ("eager vs package
-    [2, 8, 32] [2, 8] output 'scores'")."""
+    do: ``output 'scores'`` when the model returns its outputs by name, else
+    ``output[0]``; an export's checks put the call's shapes first
+    (``eager vs package [2, 8, 32] [2, 8] output 'scores'``)."""
 
     name: str
     passed: bool
