@@ -77,7 +77,9 @@ Options:
                          torch.save([t, ...], FILE) or by --outputs, or for a
                          package that names its inputs a dict of name -> tensor
                          (torch.save({"input_ids": t, ...}, FILE))
-  --outputs FILE         write the outputs to FILE in the same format
+  --outputs FILE         write the outputs to FILE: a dict of name -> tensor for a
+                         package whose model returns its outputs by name (a dict),
+                         in the package's order; else a list (tuple) of tensors
   --expected FILE        runtime parity: compare the outputs bit-for-bit with FILE
                          (a list, or a dict by output name as --inputs)
   --eager-reference FILE compiled vs eager: compare the outputs with FILE under the
@@ -385,10 +387,11 @@ int verify_outputs(const Options& options, const aoti_runner::PackageSpec& spec,
       continue;
     }
     std::vector<Comparison> comparisons;
+    const auto labels = compared_labels(spec, check.reference_name, outputs.size());
     for (size_t i = 0; i < outputs.size(); ++i) {
       comparisons.push_back(compare(outputs[i], compared[i], check.tolerance));
-      std::cout << "verify: output[" << i << "] vs " << check.reference_name << "[" << i << "] ("
-                << comparisons.back().rule() << "): " << comparisons.back().line() << "\n";
+      std::cout << "verify: " << labels[i] << " (" << comparisons.back().rule() << "): " << comparisons.back().line()
+                << "\n";
     }
     std::cout << check.name << ": " << verdict_line(comparisons) << "\n";
     passed = passed && list_verdict(comparisons) != Verdict::kFailed;
@@ -519,7 +522,7 @@ int run(const Options& options) {
   }
   std::cout << "ran " << options.package << ": " << outputs.size() << " output(s)\n";
   if (!options.outputs.empty()) {
-    save_tensors(options.outputs, outputs);
+    save_tensors(options.outputs, outputs, named_outputs(spec, outputs.size()));
     std::cout << "wrote outputs to " << options.outputs << "\n";
   }
   if (options.list_loaded_objects) {

@@ -83,6 +83,8 @@ def test_export_verifies_against_eager_at_two_shapes(mixed: Exported) -> None:
     # The example at batch 2 and a second shape (the batch at its minimum, 1), 3 outputs each.
     labels = [check.name for check in report.outputs]
     assert len(labels) == 6 and any("[1, 3]" in label for label in labels), labels
+    # Each output by the model's name, as the runners print it.
+    assert [label.split("] ")[-1] for label in labels[:3]] == ["output 'out'", "output 'pair_0'", "output 'pair_1'"]
     assert mixed.stages == ["load op libraries", "build model", "export", "compile", "verify"]
 
 
@@ -90,6 +92,7 @@ def test_spec_names_every_input_and_output(mixed: Exported) -> None:
     spec = ad.load(mixed.package.path).spec
     assert [t.name for t in spec.inputs] == ["x", "inputs_a", "inputs_b_0", "mask"]
     assert [t.name for t in spec.outputs] == ["out", "pair_0", "pair_1"]
+    assert spec.outputs_by_name  # a dict: the names are the model's keys
     assert [str(d) for d in spec.inputs[0].dims] == ["1..8", "3"]
     assert {c["name"]: c["value"] for c in spec.constant_inputs} == {"n": 3, "flag": True, "sizes_0": 2, "sizes_1": 3}
 
@@ -111,11 +114,13 @@ def test_verify_against_eager_and_the_cpp_runner(mixed: Exported) -> None:
     package = ad.load(mixed.package.path)
     eager = package.verify(args, kwargs, model=mixed.model)
     assert eager.passed, str(eager)
-    assert [check.name for check in eager.outputs] == ["out", "pair_0", "pair_1"]
+    assert [check.name for check in eager.outputs] == ["output 'out'", "output 'pair_0'", "output 'pair_1'"]
     cpp = package.verify(args, kwargs, against="cpp")
     # Runtimes of one package agree bit for bit.
     assert cpp.passed and cpp.bit_identical, str(cpp)
     assert cpp.tolerance.rule == "bitwise"
+    # The same words in both sections of the API's report.
+    assert [check.name for check in cpp.outputs] == [check.name for check in eager.outputs]
 
 
 def test_verify_reports_where_a_wrong_model_differs(mixed: Exported) -> None:
@@ -156,6 +161,10 @@ def test_quickstart_example_runs_end_to_end(api_quickstart: QuickstartRun) -> No
     assert result.stdout.count("PASSED against eager") == 2, result.stdout
     assert "PASSED against cpp (bitwise)" in result.stdout
     assert "{'scores': [2, 8], 'pooled': [2, 32]}" in result.stdout
+    # Both sections of the report name the outputs by the dict's keys, as the runners do.
+    assert "  eager vs package [2, 8, 32] [2, 8] output 'scores': ok (identical)" in result.stdout, result.stdout
+    assert result.stdout.count("  output 'pooled': ok (identical)") == 2, result.stdout
+    assert "output[" not in result.stdout, result.stdout
     config = (tmp_path / "triton_repository" / "scorer" / "config.pbtxt").read_text()
     assert 'name: "scorer"' in config, config
     assert (tmp_path / "scorer_bundle" / "model.pt2").is_file()
@@ -244,6 +253,23 @@ def test_output_names_follow_the_structure() -> None:
     assert output_names(flat((torch.zeros(1), torch.zeros(1)))[1]) == ["output_0", "output_1"]
     assert output_names(flat({"a": torch.zeros(1), "b": [torch.zeros(1)]})[1]) == ["a", "b_0"]
     assert output_names(flat({"x y": torch.zeros(1), "x_y": torch.zeros(1)})[1]) == ["x_y", "x_y_1"]
+
+
+def test_only_a_dict_returns_its_outputs_by_name() -> None:
+    """A dict (or an OrderedDict, or a ModelOutput: string keys at the top) names its
+    outputs; a lone tensor, a tuple, a namedtuple, a dict of int keys or a dict inside
+    a tuple returns them by position, and the runners index them."""
+    from collections import OrderedDict, namedtuple
+
+    from aoti_deploy.compiler.structure import returns_by_name
+
+    z = torch.zeros(1)
+    pair = namedtuple("pair", "a b")
+    by_name = [{"a": z, "b": [z, z]}, OrderedDict(a=z), {"a": {"b": z}}]
+    by_position = [z, (z, z), [z], pair(z, z), {0: z}, ({"a": z},)]
+    flat = torch.utils._pytree.tree_flatten
+    assert [returns_by_name(flat(out)[1]) for out in by_name] == [True] * len(by_name)
+    assert [returns_by_name(flat(out)[1]) for out in by_position] == [False] * len(by_position)
 
 
 def test_names_fit_the_spec_however_deep_the_key_path() -> None:

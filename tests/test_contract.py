@@ -45,6 +45,8 @@ SUITES = {
     # The command line's rules: the --input-shape text, and which checks run under which rule.
     "input_shape": "input_shape_vectors.json",
     "check_plan": "check_plan_vectors.json",
+    # How the verify lines name each output: by the model's names, or by index.
+    "labels": "label_vectors.json",
     # The CPU budget: the C++ side reads the cgroup tree, the Python side sizes pods by its threads.
     "cpu_budget": "cpu_budget_vectors.json",
     # Triton's tensor names and config parameters: what triton_config writes, the backend reads.
@@ -208,6 +210,10 @@ def _python_verdict(suite: str, vector: dict) -> object:
                 return {"message": str(error)}
         if suite == "check_plan":
             return _check_plan_verdict(vector)
+        if suite == "labels":
+            from aoti_deploy.verify.tolerance import compared_labels
+
+            return compared_labels(parse_document(vector["spec"]), vector["reference"], vector["count"])
         if suite == "cpu_budget":
             from aoti_deploy.serve.kubernetes import cpu_budget, default_intra_op_threads
 

@@ -46,6 +46,12 @@ def named_lookup(lookup_package: UserPackage, tmp_path_factory: pytest.TempPathF
     return with_names(lookup_package.path, target, LOOKUP_INPUTS, LOOKUP_OUTPUTS)
 
 
+@pytest.fixture(scope="module")
+def by_name_lookup(named_lookup: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """named_lookup as a model that returns its four outputs in a dict: outputs_by_name."""
+    return edit_spec(named_lookup, tmp_path_factory.mktemp("named") / "lookup_by_name.pt2", outputs_by_name=True)
+
+
 @dataclass(frozen=True)
 class Ran:
     code: int
@@ -151,9 +157,31 @@ def test_inputs_and_references_by_name_run_alike_in_both(named_lookup: Path, loo
         assert "input[1] (rows): [2, 4] int64 on cpu" in ran.text, (runtime, ran.text)
         assert "verify: output[0] vs expected[0] (bitwise): identical" in ran.text, (runtime, ran.text)
         outputs = torch.load(ran.outputs)
-        assert len(outputs) == 4  # --outputs stay a list
+        assert len(outputs) == 4  # names, but not the model's keys (no outputs_by_name): --outputs stay a list
         for got, want in zip(outputs, expected):
             assert got.dtype == want.dtype and torch.equal(got.view(-1).view(torch.uint8), want.view(-1).view(torch.uint8))
+
+
+def test_outputs_by_name_are_printed_and_written_by_name_by_both(by_name_lookup: Path, lookup_package: UserPackage,
+                                                                build: Build, tmp_path: Path) -> None:
+    """A package whose model returns its outputs by name: both runners name every output
+    in every check with the same words, and write --outputs as a dict by name in the
+    package's order, bit for bit the reference outputs; --expected may be a list."""
+    ref = lookup_package.reference
+    expected = torch.load(ref / "expected.pt")
+    results = run_both(build, by_name_lookup, tmp_path, "--inputs", ref / "inputs.pt", "--expected", ref / "expected.pt")
+    lines = {}
+    for runtime, ran in results.items():
+        assert ran.code == 0, (runtime, ran.text)
+        lines[runtime] = [line for line in ran.text.splitlines() if line.startswith("verify: ")]
+        assert lines[runtime] == [f"verify: output '{name}' vs expected '{name}' (bitwise): identical"
+                                  for name in LOOKUP_OUTPUTS], (runtime, ran.text)
+        written = torch.load(ran.outputs, weights_only=True)
+        assert type(written) is dict and list(written) == LOOKUP_OUTPUTS, (runtime, written)
+        for got, want in zip(written.values(), expected):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert torch.equal(got.reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8)), runtime
+    assert lines["cpp"] == lines["python"]
 
 
 def test_a_list_still_runs_a_named_package(named_lookup: Path, lookup_package: UserPackage, build: Build,

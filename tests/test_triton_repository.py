@@ -661,6 +661,9 @@ def test_serve_triton_checks_a_repository_end_to_end(compiled_package: CompiledP
                               outputs=[named(t, "restored").to_document() for t in spec.outputs])
     write_repository(named_package, repository, name="named_demo", op_libraries=[build.op_library])
     assert 'name: "pixels"' in (repository / "named_demo" / CONFIG_NAME).read_text()
+    # As a model that returns {"restored": ...}: its check lines name the output.
+    by_name = edit_spec(named_package, tmp_path / "by_name.pt2", outputs_by_name=True)
+    write_repository(by_name, repository, name="by_name_demo", op_libraries=[build.op_library])
     result = run_cli("aoti-deploy", "serve", "--repository", repository, "--requests", "2",
                      "--log-file", tmp_path / "server.log", cwd=tmp_path, build=build)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -668,7 +671,8 @@ def test_serve_triton_checks_a_repository_end_to_end(compiled_package: CompiledP
                   "grpc demo special values [2, 3, 8, 12] vs Python runtime: output[0] identical",
                   "demo: 6 inferences in 6 executions", "PASSED",
                   "grpc named_demo special values [2, 3, 8, 12] vs Python runtime: output[0] identical",
-                  "named_demo: 6 inferences in 6 executions"):
+                  "named_demo: 6 inferences in 6 executions",
+                  "grpc by_name_demo special values [2, 3, 8, 12] vs Python runtime: output 'restored' identical"):
         assert words in result.stdout, words
     stopped = re.search(r"stopped tritonserver pid (\d+) \(exit code 0\)", result.stdout)
     assert stopped and not Path(f"/proc/{stopped.group(1)}").exists(), result.stdout

@@ -447,7 +447,13 @@ def test_shared_dynamic_dim_and_nested_outputs_in_both_runtimes(pair, build, tmp
     expected = save_tensors(tmp_path / "expected.pt", flatten_outputs(model(x, y)))
     (py_code, py_out), (cpp_code, cpp_out) = _run_both(build, pair.path, [], inputs, expected, tmp_path, "--max-ulp", "4")
     assert py_code == cpp_code == 0, py_out + cpp_out
-    py_outputs, cpp_outputs = load_tensors(tmp_path / "py.pt"), load_tensors(tmp_path / "cpp.pt")
+    # A dict output: each runner names the outputs by their key paths, and writes them
+    # as a dict by those names, in the package's order.
+    assert _verify_lines(py_out) == _verify_lines(cpp_out)
+    assert "verify: output 'parts_1' vs expected 'parts_1' (within 4 ULP)" in cpp_out, cpp_out
+    names = ["sum", "parts_0", "parts_1"]
+    assert list(torch.load(tmp_path / "py.pt")) == list(torch.load(tmp_path / "cpp.pt")) == names
+    py_outputs, cpp_outputs = load_tensors(tmp_path / "py.pt", names), load_tensors(tmp_path / "cpp.pt", names)
     assert len(py_outputs) == len(cpp_outputs) == 3
     assert all(_bits_equal(p, c) for p, c in zip(py_outputs, cpp_outputs))
     # sum and parts[0] are single roundings: eager's bits exactly.
@@ -584,9 +590,52 @@ def test_keyword_and_dict_inputs_run_in_both_runtimes(keyword: UserPackage, buil
                                                 str(tmp_path / "py7.pt")])
     cpp = run_cmd(build.runner, keyword.path, "--inputs", inputs, "--outputs", tmp_path / "cpp7.pt")
     assert py.exit_code == 0 and cpp.returncode == 0, (py.output, cpp.stdout + cpp.stderr)
-    for a, b in zip(torch.load(tmp_path / "py7.pt"), torch.load(tmp_path / "cpp7.pt")):
-        assert torch.equal(bit_view(a), bit_view(b))
+    py7, cpp7 = torch.load(tmp_path / "py7.pt"), torch.load(tmp_path / "cpp7.pt")
+    assert list(py7) == list(cpp7) == ["hidden", "total"]
+    for name in py7:
+        assert torch.equal(bit_view(py7[name]), bit_view(cpp7[name]))
     features, mask = torch.load(inputs)[0], torch.load(inputs)[2]
     with torch.no_grad():
         eager = model(features, {"bias": torch.load(inputs)[1]}, 0.5, mask=mask)
-    torch.testing.assert_close(torch.load(tmp_path / "py7.pt")[0], eager["hidden"])
+    torch.testing.assert_close(py7["hidden"], eager["hidden"])
+
+
+def test_aoti_runner_names_a_dict_output_and_writes_it_by_name(keyword: UserPackage, build: Build,
+                                                              tmp_path: Path) -> None:
+    """KeywordModel returns {"hidden", "total"}: aoti_runner names each output by its key
+    in every check, and writes --outputs (as the export wrote its references) as a dict
+    by those names, in the model's order, with the bits the Python API returns for the
+    same call. A list of the same outputs still serves as --expected, and compare pairs
+    the dict with the list by position."""
+    import aoti_deploy as ad
+    from aoti_deploy.cli.main import app as cli_app
+    from examples.user_models import keyword_model
+
+    ref = keyword.reference
+    assert list(torch.load(ref / "expected.pt")) == list(torch.load(ref / "eager.pt")) == ["hidden", "total"]
+    ran = run_cmd(build.runner, keyword.path, "--inputs", ref / "inputs.pt", "--expected", ref / "expected.pt",
+                  "--eager-reference", ref / "eager.pt", "--outputs", tmp_path / "cpp.pt")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    lines = _verify_lines(ran.stdout)
+    assert lines[:3] == ["verify: output 'hidden' vs expected 'hidden' (bitwise): identical",
+                         "verify: output 'total' vs expected 'total' (bitwise): identical",
+                         "runtime parity: PASSED (bit-identical)"], lines
+    assert [line.split(" (")[0] for line in lines[3:5]] == ["verify: output 'hidden' vs eager 'hidden'",
+                                                            "verify: output 'total' vs eager 'total'"], lines
+    assert "output[" not in ran.stdout, ran.stdout
+
+    written = torch.load(tmp_path / "cpp.pt", weights_only=True)
+    _, args, kwargs = keyword_model()  # the example call, whose tensors inputs.pt holds
+    with ad.load(keyword.path) as package:
+        returned = package(*args, **kwargs)
+    expected = torch.load(ref / "expected.pt")
+    assert type(written) is dict and list(written) == list(returned) == ["hidden", "total"]
+    for name in written:
+        assert _bits_equal(written[name], returned[name]) and _bits_equal(written[name], expected[name]), name
+
+    save_tensors(tmp_path / "list.pt", list(written.values()))
+    listed = run_cmd(build.runner, keyword.path, "--inputs", ref / "inputs.pt", "--expected", tmp_path / "list.pt")
+    assert listed.returncode == 0 and "runtime parity: PASSED (bit-identical)" in listed.stdout, listed.stdout
+    compared = CliRunner().invoke(cli_app, ["compare", str(tmp_path / "cpp.pt"), str(tmp_path / "list.pt")])
+    assert compared.exit_code == 0 and "compared by position" in compared.output, compared.output
+    assert "hidden (bitwise): identical" in compared.output, compared.output

@@ -400,6 +400,11 @@ std::vector<std::string> tensor_names(const std::vector<TensorSpec>& specs) {
   return names;
 }
 
+std::vector<std::string> named_outputs(const PackageSpec& spec, size_t count) {
+  return spec.outputs_by_name && count == spec.outputs.size() ? tensor_names(spec.outputs)
+                                                              : std::vector<std::string>{};
+}
+
 PackageSpec parse_spec_document(const json& document) {
   if (!document.is_object()) {
     throw malformed("the spec must be a JSON object, got " + type_name(document));
@@ -529,6 +534,14 @@ PackageSpec parse_spec_document(const json& document) {
     throw malformed("is_identity: expected a boolean, got " + type_name(is_identity));
   }
   spec.is_identity = is_identity.get<bool>();
+  const auto by_name = get("outputs_by_name", false);
+  if (!by_name.is_boolean()) {
+    throw malformed("outputs_by_name: expected a boolean, got " + type_name(by_name));
+  }
+  if (by_name.get<bool>() && (spec.outputs.empty() || spec.outputs.front().name.empty())) {
+    throw malformed("outputs_by_name: true, but the spec records no output names");
+  }
+  spec.outputs_by_name = by_name.get<bool>();
   spec.device = get_string(get("device", "cpu"), "device");
   spec.torch_version = get_string(get("torch_version", "unknown"), "torch_version");
   spec.optimizations = get_string(get("optimizations", ""), "optimizations");
@@ -593,6 +606,9 @@ json spec_to_document(const PackageSpec& spec) {
   };
   if (!spec.outputs.empty()) {  // written only when recorded, as in Python
     document["outputs"] = tensor_specs_document(spec.outputs);
+  }
+  if (spec.outputs_by_name) {  // written only when true, as in Python
+    document["outputs_by_name"] = true;
   }
   if (!spec.cpu_target.empty()) {  // written only when recorded, as in Python
     document["cpu_target"] = spec.cpu_target;

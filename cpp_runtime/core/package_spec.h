@@ -83,6 +83,10 @@ struct PackageSpec {
   // The flat outputs (pytree order), for serving configs that declare them. Empty when
   // not recorded: packages from before, or a model with a non-tensor output.
   std::vector<TensorSpec> outputs;
+  // True when the model returns its outputs by name (a dict, or a ModelOutput), so the
+  // recorded output names are its keys: the runners print and write the outputs by them.
+  // False (not written) for a tensor, a tuple, and packages from before it was recorded.
+  bool outputs_by_name = false;
   std::string device = "cpu";
   std::vector<OpRef> required_ops;
   std::vector<std::string> required_classes;
@@ -153,5 +157,10 @@ std::string tensor_label(const std::string& role, size_t index, const std::vecto
 
 // The recorded names of `specs` in order, or none when they have none.
 std::vector<std::string> tensor_names(const std::vector<TensorSpec>& specs);
+
+// The output names to print and write `count` outputs by: the recorded names when the
+// model returns its outputs by name and `count` is their number, else none (index them).
+// The same as spec.py's PackageSpec.named_outputs.
+std::vector<std::string> named_outputs(const PackageSpec& spec, size_t count);
 
 }  // namespace aoti_runner

@@ -11,6 +11,7 @@
 #include <c10/util/Exception.h>
 #include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/csrc/jit/serialization/unpickler.h>
 #include <torch/serialize.h>
 
@@ -269,17 +270,60 @@ std::vector<at::Tensor> load_tensors(const std::string& path, const std::vector<
   return tensors;
 }
 
-void save_tensors(const std::string& path, const std::vector<at::Tensor>& tensors) {
-  // A tuple pickles with no type tag. Lists of any element type get
-  // torch.jit._pickle.build_tensorlist / restore_type_tag, which
-  // torch.load(weights_only=True) refuses; load_tensors in Python reads tuples too.
-  std::vector<c10::IValue> elements;
-  for (const auto& t : tensors) {
-    // torch.save writes CPU storages; move outputs off the device first.
-    elements.emplace_back(t.cpu());
+namespace {
+
+// torch::pickle_save, but with no type tags: it tags a dict (and a list) with
+// torch.jit._pickle.restore_type_tag, which torch.load(weights_only=True) refuses. A
+// tuple pickles the same either way.
+std::vector<char> pickle_untagged(const c10::IValue& value) {
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler([&](const char* data, size_t size) { pickle.insert(pickle.end(), data, data + size); },
+                              nullptr, nullptr, nullptr, nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+  std::vector<char> archive;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
+    archive.insert(archive.end(), static_cast<const char*>(data), static_cast<const char*>(data) + size);
+    return size;
+  });
+  // The records torch::pickle_save writes: each tensor's storage as data/<i>, then data.pkl.
+  const auto& tensors = pickler.tensorData();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto storage = torch::jit::getWriteableTensorData(tensors[i]);
+    writer.writeRecord("data/" + std::to_string(i), storage.data(), storage.sizeInBytes());
   }
-  const auto list = c10::ivalue::Tuple::create(std::move(elements));
-  const auto bytes = torch::pickle_save(c10::IValue(list));
+  writer.writeRecord("data.pkl", pickle.data(), pickle.size());
+  writer.writeEndOfFile();
+  return archive;
+}
+
+}  // namespace
+
+void save_tensors(const std::string& path, const std::vector<at::Tensor>& tensors,
+                  const std::vector<std::string>& names) {
+  if (!names.empty() && names.size() != tensors.size()) {
+    throw RunnerError("could not write outputs to " + path + ": " + std::to_string(tensors.size()) +
+                      " tensor(s) for " + std::to_string(names.size()) + " name(s)");
+  }
+  // A tuple, not a list: lists of any element type get torch.jit._pickle.build_tensorlist,
+  // which torch.load(weights_only=True) refuses; load_tensors in Python reads tuples too.
+  // torch.save writes CPU storages, so the outputs move off the device first.
+  c10::IValue value;
+  if (names.empty()) {
+    std::vector<c10::IValue> elements;
+    for (const auto& t : tensors) {
+      elements.emplace_back(t.cpu());
+    }
+    value = c10::ivalue::Tuple::create(std::move(elements));
+  } else {
+    c10::Dict<std::string, at::Tensor> by_name;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      by_name.insert(names[i], tensors[i].cpu());
+    }
+    value = by_name;
+  }
+  const auto bytes = pickle_untagged(value);
   const auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) {
     std::filesystem::create_directories(parent);

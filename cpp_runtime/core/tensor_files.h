@@ -19,7 +19,11 @@ namespace aoti_runner {
 // that lists the expected names.
 std::vector<at::Tensor> load_tensors(const std::string& path, const std::vector<std::string>& names = {},
                                      const std::string& role = "input");
-void save_tensors(const std::string& path, const std::vector<at::Tensor>& tensors);
+// Writes `tensors` (moved to the CPU) in torch.save format: a tuple, or given `names`
+// (one per tensor) a dict of name -> tensor in their order. Either loads with
+// torch.load(weights_only=True), and back with load_tensors.
+void save_tensors(const std::string& path, const std::vector<at::Tensor>& tensors,
+                  const std::vector<std::string>& names = {});
 
 // Tensor files hold CPU tensors; this moves them to the package's device.
 std::vector<at::Tensor> to_package_device(const std::vector<at::Tensor>& tensors,

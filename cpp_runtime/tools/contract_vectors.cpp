@@ -147,6 +147,10 @@ json run_vector(const std::string& suite, const json& vector) {
       }
       return plan;
     }
+    if (suite == "labels") {
+      return aoti_runner::compared_labels(spec_of(vector), vector.at("reference").get<std::string>(),
+                                          vector.at("count").get<size_t>());
+    }
     if (suite == "cpu_budget") {
       const TemporaryTree tree(vector.at("files"));
       const int cpus = aoti_runner::usable_cpus(
@@ -387,7 +391,7 @@ int main(int argc, char** argv) {
   if (argc != 3) {
     std::cerr << "usage: contract_vectors SUITE FILE, SUITE one of spec, preflight, validation, random, comparison, "
                  "tolerances, dtypes, signatures, batching, triton_types, triton_names, archive_names, json_depth, "
-                 "input_shape, check_plan, cpu_budget\n";
+                 "input_shape, check_plan, labels, cpu_budget\n";
     return 2;
   }
   try {

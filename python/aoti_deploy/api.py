@@ -45,7 +45,10 @@ AGAINST = ("eager", "cpp")
 @dataclass(frozen=True)
 class OutputCheck:
     """One output against its reference: whether it passed the rule, and where and
-    how far it differs (None where it does not)."""
+    how far it differs (None where it does not). ``name`` labels it as the runners
+    do: ``output 'scores'`` when the model returns its outputs by name, else
+    ``output[0]``; an export's checks put the call's shapes first
+    (``eager vs package [2, 8, 32] [2, 8] output 'scores'``)."""
 
     name: str
     passed: bool
@@ -410,7 +413,7 @@ class Package:
             The Report (it does not raise on a difference: check ``passed``).
         """
         from .models.user import flatten_outputs
-        from .verify.tolerance import compare_outputs
+        from .verify.tolerance import compare_outputs, output_labels
 
         if against not in AGAINST:
             raise InputError(f"against={against!r}: expected one of {', '.join(AGAINST)}")
@@ -429,9 +432,8 @@ class Package:
         else:
             rule = _tolerance(tolerance) or Tolerance(BITWISE)
             references = self._run_cpp(tensors)
-        names = [t.name or f"output_{k}" for k, t in enumerate(self.spec.outputs)] if self.spec.outputs else []
-        compared = compare_outputs(outputs, references, rule, lambda k: names[k] if k < len(names) else f"output_{k}",
-                                   reference_name=f"{against} reference")
+        labels = output_labels(self.spec, len(outputs))  # as the runners name them
+        compared = compare_outputs(outputs, references, rule, lambda k: labels[k], reference_name=f"{against} reference")
         checks = [_output_check(name, comparison) for name, comparison in compared]
         return Report(against, rule, tuple(checks))
 

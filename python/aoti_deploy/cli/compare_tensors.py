@@ -23,10 +23,10 @@ app = typer.Typer(add_completion=False, rich_markup_mode="rich")
     "compare",
     short_help="Compare two tensor files, bit for bit or under a tolerance.",
     help=(
-        "Compare two tensor files (lists of tensors written by torch.save or a runner's "
-        "--outputs, or dicts of name -> tensor, e.g. torch.save of a package's dict output; dicts are compared "
-        "by name, lists by position): bit-for-bit by default, or under --max-ulp N or --rtol R --atol A "
-        "(torch.testing.assert_close's rule).\n\n"
+        "Compare two tensor files (lists of tensors written by torch.save, or dicts of name -> tensor; a "
+        "runner's --outputs is a dict for a package whose model returns a dict, else a list): two dicts by "
+        "name, anything else by position (a dict in its order). Bit-for-bit by default, or under --max-ulp N "
+        "or --rtol R --atol A (torch.testing.assert_close's rule).\n\n"
         "Exit codes: 0 identical (or within the tolerance), 1 they differ, 2 unreadable file or bad options."
     )
 )
@@ -40,13 +40,12 @@ def compare_tensors(
 ) -> None:
     try:
         tolerance = tolerance_override(bitwise, max_ulp, rtol, atol) or Tolerance(BITWISE)
-        by_name, labels, actual_tensors, expected_tensors = paired_tensors(actual, expected)
+        paired, labels, actual_tensors, expected_tensors = paired_tensors(actual, expected)
         comparisons = [(label, compare(a, e, tolerance))
                        for label, a, e in zip(labels, actual_tensors, expected_tensors)]
     except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)
-    console.print(f"compared {'by name' if by_name else 'by position'}: "
-                  f"{len(comparisons)} tensor(s)")
+    console.print(f"compared {paired}: {len(comparisons)} tensor(s)")
     if not print_check("compare", comparisons):
         raise typer.Exit(EXIT_MISMATCH)
 

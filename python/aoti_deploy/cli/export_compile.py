@@ -155,7 +155,8 @@ def export_compile(
     save_reference: Annotated[Optional[Path], option(
         panel=MODEL_PANEL, help=f"Write the example inputs ({REFERENCE_INPUTS}), the package's outputs for them "
         f"({REFERENCE_OUTPUTS}) and eager's ({REFERENCE_EAGER}) to this folder, for the runners' --inputs, "
-        "--expected and --eager-reference."
+        "--expected and --eager-reference. The outputs are written as the runners' --outputs: a dict by name "
+        "for a model that returns a dict, else a list."
     )] = None,
     allow_python_ops: Annotated[bool, option(
         panel=MODEL_PANEL, help="Write the package even if the graph calls ops only Python can run. It is marked "

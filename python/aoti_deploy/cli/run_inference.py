@@ -87,7 +87,9 @@ def run_inference(
             "its inputs a dict of name -> tensor (torch.save({'input_ids': t, ...}, path))."
         ),
     ] = None,
-    outputs: Annotated[Optional[Path], typer.Option(help="Write the outputs to this file, the same way.")] = None,
+    outputs: Annotated[Optional[Path], typer.Option(
+        help="Write the outputs to this file: a dict of name -> tensor for a package whose model returns its "
+        "outputs by name (a dict), in the package's order; else a list of tensors.")] = None,
     seed: Annotated[int, typer.Option(min=0, help="Seed of the random input used without --inputs.")] = 0,
     input_shape: Annotated[
         Optional[List[str]],
@@ -116,7 +118,7 @@ def run_inference(
         from ..runtime.tensor_files import load_tensors, save_tensors
         from ..runtime.trust import trust_policy
         from ..runtime.validation import validate_inputs
-        from ..verify.tolerance import compare_outputs, plan_checks
+        from ..verify.tolerance import compare_outputs, compared_labels, plan_checks
         from .parsing import parse_shape
     except Exception as error:  # a broken torch install: exit 2 with the reason, not 1 (a mismatch)
         exit_with(error)
@@ -164,7 +166,7 @@ def run_inference(
                 results = package.run(tensors)
             console.print(f"ran {model_path}: {len(results)} output(s)")
             if outputs is not None:
-                save_tensors(outputs, results)
+                save_tensors(outputs, results, spec.named_outputs(len(results)))
                 console.print(f"wrote outputs to {outputs}")
             checks = plan_checks(
                 expected=expected_tensors,
@@ -186,9 +188,9 @@ def run_inference(
     passed = True
     for check in checks:
         try:
+            labels = compared_labels(spec, check.reference_name, len(results))
             comparisons = compare_outputs(results, check.references, check.tolerance,
-                                          lambda i: f"verify: output[{i}] vs {check.reference_name}[{i}]",
-                                          reference_name=check.reference_name)
+                                          lambda i: f"verify: {labels[i]}", reference_name=check.reference_name)
         except VerificationError as error:  # the counts differ: aoti_runner's words
             console.print(f"{check.name}: {error}")
             passed = False

@@ -24,7 +24,7 @@ def _check_line(check) -> Text:
     head = f"{check.protocol:<4} {check.model} {check.label} vs {check.reference}: "
     if check.error:
         return Text(head).append(check.error, style="bold red")
-    parts = [f"output[{k}] {report}" for k, report in enumerate(check.reports)]
+    parts = [f"{output} {report}" for output, report in zip(check.outputs, check.reports)]
     return Text(head).append("; ".join(parts), style="green" if check.passed else "bold red")
 
 

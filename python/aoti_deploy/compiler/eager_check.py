@@ -17,7 +17,7 @@ from ..models.user import DynamicDim, flatten_outputs
 from ..package.dtypes import DTYPES, INTEGER_DTYPES, dtype_name
 from ..package.spec import PackageSpec
 from ..verify.bits import BitReport
-from ..verify.tolerance import Comparison, Tolerance, compare_outputs
+from ..verify.tolerance import Comparison, Tolerance, compare_outputs, output_labels
 
 # (what was compared, its comparison), e.g. ("eager vs package [1, 3, 224, 224]", ...)
 Check = tuple[str, Comparison]
@@ -85,9 +85,13 @@ def verify_against_eager(
     what: str,
     label: str,
     tolerance: Tolerance,
+    spec: PackageSpec,
 ) -> tuple[list[Check], list[torch.Tensor], list[torch.Tensor]]:
     """Run ``run`` on the call's tensors (and, with dynamic dims, on tensors of
-    other sizes) and compare each output with eager's under ``tolerance``.
+    other sizes) and compare each output with eager's under ``tolerance``. Each check
+    is labelled with the shapes and the output, as the runners name it ("output
+    'scores'" when the model returns its outputs by name, "output[1]" else; nothing
+    for a lone unnamed output).
 
     Returns:
         The labelled comparisons, and ``run``'s and eager's outputs for the example
@@ -103,9 +107,10 @@ def verify_against_eager(
             eager = flatten_outputs(call.with_tensors(run_inputs).call(model))
         outputs = run(list(run_inputs))
         shapes = " ".join(str(list(x.shape)) for x in run_inputs)
+        named = bool(spec.named_outputs(len(eager)))
+        outputs_shown = [f" {shown}" if named or len(eager) > 1 else "" for shown in output_labels(spec, len(eager))]
         checks += compare_outputs(
-            outputs, eager, tolerance, lambda j: f"eager vs {label} {shapes}" + (f" output[{j}]" if len(eager) > 1 else ""),
-            what, "eager")
+            outputs, eager, tolerance, lambda j: f"eager vs {label} {shapes}{outputs_shown[j]}", what, "eager")
         reference_outputs = reference_outputs or eager
         example_outputs = example_outputs or outputs
     return checks, example_outputs, reference_outputs

@@ -20,7 +20,7 @@ from ..package.spec import INT64_MAX, DimSpec, OpRef, TensorSpec
 from ..models.user import DynamicDim
 from .dynamic_dims import DimFix, constraint_fixes, dynamic_dim_option, untied_static_dims
 from ..models.call import CallInputs
-from .structure import bounded_names, input_names, output_names
+from .structure import bounded_names, input_names, output_names, returns_by_name
 
 # Namespaces of ops that every libtorch has; anything else comes from a library.
 _BUILTIN_NAMESPACES = {"aten", "prims", "higher_order", "prim", "_operator"}
@@ -238,6 +238,13 @@ def output_specs(program: torch.export.ExportedProgram) -> list[TensorSpec]:
     if len(names) != len(values):
         names = [""] * len(values)
     return [dataclasses.replace(_tensor_spec(value, program), name=name) for value, name in zip(values, names)]
+
+
+def outputs_by_name(program: torch.export.ExportedProgram, outputs: list[TensorSpec]) -> bool:
+    """The spec's ``outputs_by_name``: the model returns its outputs by name
+    (``returns_by_name``), and ``outputs`` (``output_specs``) records them, each named."""
+    out_spec = program.call_spec.out_spec
+    return bool(outputs) and all(t.name for t in outputs) and out_spec is not None and returns_by_name(out_spec)
 
 
 def _tensor_spec(value: torch.Tensor, program: torch.export.ExportedProgram) -> TensorSpec:

@@ -32,7 +32,9 @@ from torch import nn
 
 from ..runtime.onnx_extra import require_onnx
 from ..errors import AotiDeployError, ExportError
-from .export import class_qualname, export_model, graph_calls, input_specs, output_specs, shared_dims
+from .export import (
+    class_qualname, export_model, graph_calls, input_specs, output_specs, outputs_by_name, shared_dims,
+)
 from .onnx_translations import class_routes, portable_translation
 from .options import ONNX_MODES
 from ..package.spec import OpRef, PackageSpec
@@ -307,9 +309,11 @@ def convert_onnx(prepared: OnnxPrepared, output: Path, spec_extras: dict[str, An
         raise ExportError(f"torch.onnx.export failed: {_last_line(error)}") from error
     proto = onnx_program.model_proto
     custom = prepared.mode == "custom-domain"
+    outputs = output_specs(prepared.program)
     spec = PackageSpec(
         inputs=input_specs(prepared.program),
-        outputs=output_specs(prepared.program),
+        outputs=outputs,
+        outputs_by_name=outputs_by_name(prepared.program, outputs),
         device="cpu",
         torch_version=torch.__version__,
         required_ops=[OpRef(op) for op in prepared.ops] if custom else [],

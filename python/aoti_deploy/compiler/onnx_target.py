@@ -64,7 +64,7 @@ def _convert_and_verify(run: ExportRun, prepared: Any, staging: Path) -> BuildRe
             session = load_onnx(staging, spec)
             checks, outputs, eager = verify_against_eager(
                 example.model, example.call, example.dynamic_dims, options.seed, session.run, "the ONNX file",
-                "onnxruntime", run.tolerance,
+                "onnxruntime", run.tolerance, spec,
             )
         except PackageError as error:
             # The messages name the file as the user will know it, not its temporary name.
@@ -74,7 +74,7 @@ def _convert_and_verify(run: ExportRun, prepared: Any, staging: Path) -> BuildRe
                 f"not written: {reason}"
             ) from error
         if options.references is not None:
-            save_references(options.references, example.inputs, outputs, eager)
+            save_references(options.references, example.inputs, outputs, eager, spec.named_outputs(len(outputs)))
         passed = list_verdict([comparison for _, comparison in checks]) != FAILED
         if passed:
             staging.replace(output)

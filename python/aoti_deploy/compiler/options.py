@@ -59,7 +59,9 @@ class ExportOptions:
             not tried (the first always is).
         force: rebuild even if the output holds a package built from the same inputs.
         references: a folder to write the example inputs, the package's outputs and
-            eager's to (inputs.pt, expected.pt, eager.pt), for the runners' checks.
+            eager's to (inputs.pt, expected.pt, eager.pt), for the runners' checks; the
+            outputs as the runners' --outputs writes them (by name for a model that
+            returns a dict).
     """
 
     target: str = "pt2"

@@ -24,6 +24,7 @@ from .export import (
     graph_calls,
     input_specs,
     output_specs,
+    outputs_by_name,
     package_extern_ops,
     python_only_ops,
     shared_dims,
@@ -79,9 +80,11 @@ def export_graph(
         graph_text = str(program.graph)  # the user's graph, before the checks and Inductor's decompositions
         program, guards = guard_indices(program)
         native = [op for op in calls.ops if op not in python_ops] + calls.classes
+        outputs = output_specs(program)
         spec = PackageSpec(
             inputs=inputs,
-            outputs=output_specs(program),
+            outputs=outputs,
+            outputs_by_name=outputs_by_name(program, outputs),
             device=options.device,
             torch_version=torch.__version__,
             required_ops=calls.op_refs(),

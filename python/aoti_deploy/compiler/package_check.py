@@ -43,7 +43,7 @@ def check_staged(run: ExportRun, package_path: Path, result: BuildResult) -> Sta
         package = load_package(package_path, spec)
         found.checks, found.outputs, found.eager = verify_against_eager(
             example.model, example.call, example.dynamic_dims or spec_dynamic_dims(spec), options.seed, package.run,
-            "the package", "package", result.tolerance,
+            "the package", "package", result.tolerance, spec,
         )
     result.spec, result.checks, result.written = spec, found.checks, found.passed
     return found
@@ -53,7 +53,8 @@ def save_staged_references(run: ExportRun, found: StagedCheck) -> None:
     """The example inputs, this package's outputs and eager's, where the options ask
     (written whether or not the package passed: they show what differed)."""
     if run.options.references is not None and found.outputs is not None:
-        save_references(run.options.references, run.example.inputs, found.outputs, found.eager)
+        save_references(run.options.references, run.example.inputs, found.outputs, found.eager,
+                        found.spec.named_outputs(len(found.outputs)))
 
 
 def put_in_place(run: ExportRun, package_path: Path, key: str, result: BuildResult, found: StagedCheck) -> None:

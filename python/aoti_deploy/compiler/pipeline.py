@@ -210,7 +210,7 @@ def _reuse(cached: PackageSpec, run: ExportRun, result: BuildResult) -> BuildRes
         with torch.no_grad():
             eager = flatten_outputs(example.call.call(example.model))
         outputs = load_package(run.output, cached).run(list(example.inputs))
-        save_references(run.options.references, example.inputs, outputs, eager)
+        save_references(run.options.references, example.inputs, outputs, eager, cached.named_outputs(len(outputs)))
     result.spec = cached
     result.calls = _recorded_calls(cached)
     result.checks = recorded_checks(cached, result.tolerance)

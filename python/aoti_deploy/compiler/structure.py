@@ -103,6 +103,19 @@ def output_names(out_spec: pytree.TreeSpec) -> list[str]:
     return bounded_names(names)
 
 
+def returns_by_name(out_spec: pytree.TreeSpec) -> bool:
+    """Whether the model returns its outputs by name: every output sits under a string
+    key of the top-level container (a dict, an OrderedDict, a transformers
+    ``ModelOutput``), so ``output_names`` are the model's keys (key paths, for values
+    nested deeper). A lone tensor, a tuple or list, a namedtuple or a dataclass
+    returns them by position."""
+    dummy = pytree.tree_unflatten(list(range(out_spec.num_leaves)), out_spec)
+    paths = [path for path, _ in pytree.tree_flatten_with_path(dummy)[0]]
+    return bool(paths) and all(
+        path and isinstance(path[0], pytree.MappingKey) and isinstance(path[0].key, str) for path in paths
+    )
+
+
 # The longest name a spec holds (package/spec.py and package_spec.cpp refuse longer).
 MAX_NAME_LENGTH = 128
 

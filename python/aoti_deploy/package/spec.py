@@ -48,6 +48,11 @@ class PackageSpec:
     # The flat outputs (pytree order), for serving configs that declare them. Empty
     # when not recorded: packages from before, or a model with a non-tensor output.
     outputs: list[TensorSpec] = field(default_factory=list)
+    # True when the model returns its outputs by name (a dict, or a ModelOutput), so
+    # the recorded output names are its keys (key paths, for values nested deeper):
+    # the runners then print and write the outputs by these names. False (not
+    # written) for a tensor, a tuple, and packages from before it was recorded.
+    outputs_by_name: bool = False
     required_ops: list[OpRef] = field(default_factory=list)
     required_classes: list[str] = field(default_factory=list)
     op_libraries: list[str] = field(default_factory=list)
@@ -110,6 +115,8 @@ class PackageSpec:
             "inputs": [spec.to_document() for spec in self.inputs],
             # Only when recorded (as cpu_target): a spec without outputs writes the document it always did.
             **({"outputs": [spec.to_document() for spec in self.outputs]} if self.outputs else {}),
+            # Only when true (as cpu_target): older readers ignore the key.
+            **({"outputs_by_name": True} if self.outputs_by_name else {}),
             "example_shapes": [list(shape) for shape in self.example_shapes],
             "shared_dims": [[list(position) for position in group] for group in self.shared_dims],
             "device": self.device,
@@ -135,6 +142,12 @@ class PackageSpec:
             **({"inductor_configs": dict(self.inductor_configs)} if self.inductor_configs else {}),
             **({"tuning": [dict(row) for row in self.tuning]} if self.tuning else {}),
         }
+
+    def named_outputs(self, count: int) -> list[str]:
+        """The output names to print and write ``count`` outputs by: the recorded
+        names when the model returns its outputs by name and ``count`` is their
+        number, else [] (index them)."""
+        return [t.name for t in self.outputs] if self.outputs_by_name and count == len(self.outputs) else []
 
     def to_metadata(self) -> dict[str, str]:
         """The package metadata entries: the document under SPEC_KEY."""
@@ -288,9 +301,15 @@ def parse_document(document: Any) -> PackageSpec:
     is_identity = get("is_identity", False)
     if not isinstance(is_identity, bool):
         raise malformed(f"is_identity: expected a boolean, got {type_name_of(is_identity)}")
+    by_name = get("outputs_by_name", False)
+    if not isinstance(by_name, bool):
+        raise malformed(f"outputs_by_name: expected a boolean, got {type_name_of(by_name)}")
+    if by_name and not (outputs and outputs[0].name):
+        raise malformed("outputs_by_name: true, but the spec records no output names")
     return PackageSpec(
         inputs=inputs,
         outputs=outputs,
+        outputs_by_name=by_name,
         device=str_of(get("device", "cpu"), "device"),
         required_ops=ops,
         required_classes=strings("required_classes", qualified=True),

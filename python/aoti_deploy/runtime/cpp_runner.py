@@ -47,7 +47,7 @@ class CppRunner:
 
     def outputs(self, tensors: Sequence[torch.Tensor], *, accept: Sequence[int] = (0,),
                 timeout: float = 600) -> list[torch.Tensor]:
-        """The runner's outputs for ``tensors`` (the package's inputs in order).
+        """The runner's flat outputs for ``tensors`` (the package's inputs in order).
 
         Args:
             accept: exit codes after which the outputs are read (``WROTE_OUTPUTS``
@@ -57,7 +57,7 @@ class CppRunner:
             PackageError: another exit code, or no outputs written; with the
                 runner's message.
         """
-        from .tensor_files import load_tensors, save_tensors
+        from .tensor_files import read_tensors, save_tensors
 
         with tempfile.TemporaryDirectory(prefix="aoti_deploy_cpp_") as folder:
             inputs, outputs = Path(folder) / "inputs.pt", Path(folder) / "outputs.pt"
@@ -67,7 +67,8 @@ class CppRunner:
             if result.returncode not in accept or not outputs.exists():
                 raise PackageError(f"aoti_runner failed (exit {result.returncode}): "
                                    f"{(result.stderr or result.stdout).strip()}")
-            return load_tensors(outputs)
+            # A list, or a dict by output name in the package's order (--outputs).
+            return read_tensors(outputs)[1]
 
     def bench(self, tensors: Sequence[torch.Tensor] | Path, iterations: int, warmup: int, *options: str,
               timeout: float | None = None) -> dict[str, Any]:

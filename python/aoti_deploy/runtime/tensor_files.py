@@ -38,12 +38,18 @@ def _load_failure(error: Exception) -> str:
     return f"torch.load could not read it ({first_line})"
 
 
-def save_tensors(path: str | Path, tensors: list[torch.Tensor]) -> Path:
-    """Write ``tensors`` (moved to the CPU) to ``path``; parent folders are created."""
+def save_tensors(path: str | Path, tensors: list[torch.Tensor], names: Sequence[str] = ()) -> Path:
+    """Write ``tensors`` (moved to the CPU) to ``path``: a list, or given ``names``
+    (one per tensor; ``PackageSpec.named_outputs`` for a package's outputs) a dict of
+    name -> tensor in their order, as the C++ runner writes them. Parent folders are
+    created."""
     path = Path(path)
+    if names and len(names) != len(tensors):
+        raise AotiDeployError(f"could not write tensors to {path}: {len(tensors)} tensor(s) for {len(names)} name(s)")
+    cpu = [t.detach().cpu() for t in tensors]
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save([t.detach().cpu() for t in tensors], path)
+        torch.save(dict(zip(names, cpu)) if names else cpu, path)
     except (OSError, RuntimeError) as error:
         raise AotiDeployError(f"could not write tensors to {path}: {error}") from error
     return path
@@ -51,7 +57,8 @@ def save_tensors(path: str | Path, tensors: list[torch.Tensor]) -> Path:
 
 # The reference files an export writes for the runners' checks: the example inputs
 # (--inputs), the package's outputs for them (--expected, bitwise runtime parity) and
-# eager's (--eager-reference, under the recorded tolerance).
+# eager's (--eager-reference, under the recorded tolerance). The outputs are written
+# as the runners write --outputs: by name when the model returns them by name.
 REFERENCE_INPUTS = "inputs.pt"
 REFERENCE_OUTPUTS = "expected.pt"
 REFERENCE_EAGER = "eager.pt"
@@ -59,11 +66,14 @@ REFERENCE_FILES = (REFERENCE_INPUTS, REFERENCE_OUTPUTS, REFERENCE_EAGER)
 
 
 def save_references(
-    folder: Path, inputs: list[torch.Tensor], outputs: list[torch.Tensor], eager: list[torch.Tensor]
+    folder: Path, inputs: list[torch.Tensor], outputs: list[torch.Tensor], eager: list[torch.Tensor],
+    output_names: Sequence[str] = (),
 ) -> None:
-    """Write the three reference files into ``folder``."""
-    for name, tensors in zip(REFERENCE_FILES, (inputs, outputs, eager)):
-        save_tensors(folder / name, tensors)
+    """Write the three reference files into ``folder``: the inputs as a list, the
+    outputs by ``output_names`` (``PackageSpec.named_outputs``) if given."""
+    save_tensors(folder / REFERENCE_INPUTS, inputs)
+    save_tensors(folder / REFERENCE_OUTPUTS, outputs, output_names)
+    save_tensors(folder / REFERENCE_EAGER, eager, output_names if len(eager) == len(outputs) else ())
 
 
 def load_tensors(path: str | Path, names: Sequence[str] = (), role: str = "input") -> list[torch.Tensor]:
@@ -192,24 +202,25 @@ def _tensors_by_name(value: dict, names: Sequence[str], role: str, path: Path) -
     return [value[name] for name in names]
 
 
-def paired_tensors(actual: str | Path, expected: str | Path) -> tuple[bool, list[str], list[torch.Tensor], list[torch.Tensor]]:
+def paired_tensors(actual: str | Path, expected: str | Path) -> tuple[str, list[str], list[torch.Tensor], list[torch.Tensor]]:
     """Two tensor files' tensors, paired for a comparison: by name when both hold
-    dicts (the same names), by position when both hold lists (the same count).
+    dicts (the same names), else by position (the same count). A dict against a list
+    (a runner's --outputs by name against a list of the same outputs) pairs the dict
+    in its file order, which is the package's output order where a runner or an export
+    wrote it, and is labelled by the dict's names.
 
     Returns:
-        Whether they were paired by name, a label for each pair (the name, or
-        ``tensor[i]``), and the two files' tensors in pair order.
+        How they were paired, as the report says it ("by name", "by position", or
+        for a dict against a list "by position (A by name, in its order; B a list)"),
+        a label for each pair (the name, or ``tensor[i]``), and the two files'
+        tensors in pair order.
 
     Raises:
         VerificationError: other names, or another count.
-        InputError: a dict against a list, or a file ``read_tensors`` refuses.
+        InputError: a file ``read_tensors`` refuses.
     """
     actual_names, actual_tensors = read_tensors(actual)
     expected_names, expected_tensors = read_tensors(expected)
-    if (actual_names is None) != (expected_names is None):
-        named, listed = (actual, expected) if actual_names is not None else (expected, actual)
-        raise InputError(f"{named} holds tensors by name and {listed} a list; compare two files of one kind "
-                                "(torch.save a dict in both, or a list in both)")
     if actual_names is not None and expected_names is not None:
         if set(actual_names) != set(expected_names):
             only_actual = [n for n in actual_names if n not in expected_names]
@@ -217,10 +228,15 @@ def paired_tensors(actual: str | Path, expected: str | Path) -> tuple[bool, list
             raise VerificationError(f"the two files name other tensors: only in {actual}: {only_actual or 'none'}; "
                                     f"only in {expected}: {only_expected or 'none'}")
         by_name = dict(zip(expected_names, expected_tensors))
-        return True, list(actual_names), actual_tensors, [by_name[name] for name in actual_names]
+        return "by name", list(actual_names), actual_tensors, [by_name[name] for name in actual_names]
     if len(actual_tensors) != len(expected_tensors):
         raise VerificationError(
             f"different numbers of tensors: {actual} holds {len(actual_tensors)}, {expected} holds "
             f"{len(expected_tensors)}"
         )
-    return False, [f"tensor[{i}]" for i in range(len(actual_tensors))], actual_tensors, expected_tensors
+    names = actual_names or expected_names
+    if names is not None:
+        named, listed = (actual, expected) if actual_names is not None else (expected, actual)
+        return (f"by position ({named} by name, in its order; {listed} a list)", list(names), actual_tensors,
+                expected_tensors)
+    return "by position", [f"tensor[{i}]" for i in range(len(actual_tensors))], actual_tensors, expected_tensors

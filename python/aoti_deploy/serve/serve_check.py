@@ -31,6 +31,9 @@ class RequestCheck:
     label: str  # what the inputs were, e.g. "random seed 3 [1, 3, 224, 224]"
     reference: str  # "inputs" (an identity) or "Python runtime"
     reports: tuple[BitReport, ...] = ()
+    # How each report's output is named: "output 'scores'" when the model returns its
+    # outputs by name, else "output[0]" (verify/tolerance.py's output_labels).
+    outputs: tuple[str, ...] = ()
     error: str = ""  # the request failed, or the output count differs
 
     @property
@@ -156,6 +159,7 @@ def check_served_model(
         reference).
     """
     from ..verify.bits import compare_bits
+    from ..verify.tolerance import output_labels
 
     sets = request_inputs(model, requests)
     by_inputs = [model.spec.is_identity and not request.special for request in sets]
@@ -186,7 +190,8 @@ def check_served_model(
                     check, error=f"the server returned {len(outputs)} output(s), the {check.reference} {len(expected)}"
                 )
             return dataclasses.replace(
-                check, reports=tuple(compare_bits(actual, wanted) for actual, wanted in zip(outputs, expected))
+                check, reports=tuple(compare_bits(actual, wanted) for actual, wanted in zip(outputs, expected)),
+                outputs=tuple(output_labels(model.spec, len(outputs))),
             )
 
         with ThreadPoolExecutor(max_workers=min(len(sets), 8)) as pool:

@@ -4,7 +4,9 @@ its per-dtype defaults). Runtimes of one package are compared bitwise; compiled 
 against eager under a tolerance.
 
 cpp_runtime/core/tolerance.cpp implements the same rule, report line and verdict
-line; tests/contract/comparison_vectors.json pins both, word for word."""
+line; tests/contract/comparison_vectors.json pins both, word for word. The checks a
+runner makes and how its lines name each output are cpp_runtime/core/check_plan.cpp's
+(check_plan_vectors.json and label_vectors.json)."""
 
 from __future__ import annotations
 
@@ -15,12 +17,12 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import InputError, VerificationError
-from ..package.spec import BITWISE, CLOSE, RULES, ULP, Tolerance, fmt
+from ..package.spec import BITWISE, CLOSE, RULES, ULP, PackageSpec, Tolerance, fmt, tensor_names
 from .bits import BitReport, as_real, compare_bits, ulp_distance
 
 __all__ = [
-    "BITWISE", "CLOSE", "RULES", "ULP", "Check", "Comparison", "Tolerance", "compare", "fmt", "list_verdict",
-    "plan_checks", "tolerance_from_options", "verdict_line",
+    "BITWISE", "CLOSE", "RULES", "ULP", "Check", "Comparison", "Tolerance", "compare", "compared_labels", "fmt",
+    "list_verdict", "output_labels", "plan_checks", "tensor_key", "tolerance_from_options", "verdict_line",
 ]
 
 # The verdict over a list of comparisons.
@@ -234,3 +236,33 @@ def plan_checks(
     if not checks and is_identity:
         checks.append(Check(IDENTITY, "input", inputs, override or Tolerance(BITWISE)))
     return checks
+
+
+def tensor_key(role: str, index: int, name: str = "") -> str:
+    """How a report names a tensor: "output 'scores'" by its recorded name,
+    "output[0]" by index where it has none."""
+    return f"{role} '{name}'" if name else f"{role}[{index}]"
+
+
+def output_labels(spec: PackageSpec, count: int) -> list[str]:
+    """How reports name each of ``count`` outputs: "output 'scores'" when the model
+    returns its outputs by name (``PackageSpec.named_outputs``), else "output[0]"."""
+    names = spec.named_outputs(count)
+    return [tensor_key("output", k, names[k] if names else "") for k in range(count)]
+
+
+def compared_labels(spec: PackageSpec, reference_name: str, count: int) -> list[str]:
+    """How a verify line names each of ``count`` outputs and what it is compared
+    with: "output 'scores' vs expected 'scores'" when the model returns its outputs
+    by name, else "output[0] vs expected[0]". ``reference_name`` is a check's
+    ("expected", "eager" or "input"); the identity check's references are the inputs,
+    named by their own recorded names ("output 'y' vs input 'x'").
+    cpp_runtime/core/check_plan.cpp's compared_labels says the same."""
+    names = spec.named_outputs(count)
+    # With outputs by name, each reference is named too: an output's own name, or for
+    # the identity check the input it is compared with.
+    references = names if not names or reference_name != "input" else tensor_names(spec.inputs)
+    return [
+        f"{output} vs {tensor_key(reference_name, k, references[k] if k < len(references) else '')}"
+        for k, output in enumerate(output_labels(spec, count))
+    ]
