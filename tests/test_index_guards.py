@@ -8,6 +8,7 @@ too."""
 from __future__ import annotations
 
 import resource
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -236,3 +237,21 @@ def test_checks_called_from_the_wrapper_refuse_with_the_message(tmp_path: Path) 
         torch.testing.assert_close(compiled(ids, offset, table), model(ids, offset, table))
     with pytest.raises(RuntimeError, match="^index out of range: gather takes indices in 0..4"):
         compiled(torch.tensor([[1, 5]]), torch.tensor([[0, -3]]), table)
+
+
+def test_max_pooling_decomposes_in_a_fresh_process() -> None:
+    """The guards decompose the graph as Inductor will, before anything has imported
+    Inductor's lowerings; max_pool2d's decomposition needs them (a ResNet failed to
+    export from a fresh script)."""
+    code = (
+        "import torch\n"
+        "from aoti_deploy.compiler.index_guards import guard_indices\n"
+        "m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.MaxPool2d(3, 2, 1)).eval()\n"
+        "with torch.no_grad():\n"
+        "    program = torch.export.export(m, (torch.randn(1, 3, 16, 16),))\n"
+        "    guarded, report = guard_indices(program)\n"
+        "print('decomposed', report.summary())\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("decomposed ")

@@ -105,6 +105,11 @@ def guard_indices(program: torch.export.ExportedProgram) -> tuple[torch.export.E
     as Inductor will decompose it, for what becomes indexing only there (e.g.
     ``cross_entropy``'s gather, ``max_unpool2d``'s index_put), skipping indices
     already checked. Returns the decomposed program and what was checked."""
+    # Inductor's decompositions (max_pool2d's, for one) refer to torch._inductor.lowering,
+    # which nothing imports before a compile: in a fresh process, without this import,
+    # a model with max pooling fails here with "module 'torch._inductor' has no
+    # attribute 'lowering'".
+    import torch._inductor.lowering  # noqa: F401
     from torch._inductor.decomposition import select_decomp_table
 
     report = GuardReport()
