@@ -85,6 +85,9 @@ def test_a_setting_that_breaks_a_model_is_dropped_and_said(monkeypatch: pytest.M
     assert any("compiled without fp-contract for this model" in line for line in warned)
     out = package(x, y)
     assert compare_bits(out, x * y + 0.3).identical
+    # Exported again: the package is reused, and says what it was compiled with.
+    again = ad.export(MulAdd(), (x, y), package_path=tmp_path / "muladd.pt2", tolerance="bitwise")
+    assert again.result.cached and again.result.speed_settings == ["freezing"]
 
 
 def test_tune_keeps_the_fastest_verified_candidate(tmp_path, build) -> None:  # noqa: ANN001

@@ -33,7 +33,7 @@ from .options import TUNE, ExportOptions
 from .package_build import ExportedGraph, compile_staged, export_graph
 from .package_check import check_staged, put_in_place, save_staged_references
 from .result import BuildResult
-from .speed import compile_configs, default_settings, settings_summary
+from .speed import compile_configs, default_settings, recorded_settings, settings_summary
 from .stages import ExportRun
 from .tuner import tune
 from .staging import staging_path
@@ -214,6 +214,7 @@ def _reuse(cached: PackageSpec, run: ExportRun, result: BuildResult) -> BuildRes
     result.spec = cached
     result.calls = _recorded_calls(cached)
     result.checks = recorded_checks(cached, result.tolerance)
+    result.speed_settings = recorded_settings(cached.inductor_configs, run.options)
     result.cached = True
     return result
 

@@ -42,6 +42,13 @@ def default_settings(options: ExportOptions) -> list[SpeedSetting]:
     return [setting for setting in CPU_DEFAULTS if not given & set(setting.configs)]
 
 
+def recorded_settings(recorded: dict[str, Any], options: ExportOptions) -> list[str]:
+    """The names of the defaults a package compiled with, from the Inductor settings it
+    records (a reused package's, whose compile is not repeated)."""
+    return [setting.name for setting in default_settings(options)
+            if all(recorded.get(key) == value for key, value in setting.configs.items())]
+
+
 def compile_configs(settings: list[SpeedSetting], options: ExportOptions) -> dict[str, Any]:
     """The Inductor configs of one compile: the settings applied, under the user's."""
     configs: dict[str, Any] = {}
