@@ -98,6 +98,29 @@ def affine_pair_model(scale: float = 0.5, shift: float = 1.0) -> nn.Module:
     return AffinePairModel(scale, shift)
 
 
+class ScoreModel(nn.Module):
+    """One score per example, as a ranking model returns it: features x [B, F] and a
+    per-example weight w [B] give scores [B] (the weighted sum of x's row) and the
+    weighted features [B, F]. Both [B] tensors are only their batch dim: Triton serves
+    the model batched through its reshape (requests and responses carry them as [B, 1])."""
+
+    def __init__(self, features: int = 8) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(3)
+        self.weight = nn.Parameter(torch.randn(features, generator=generator))
+
+    def forward(self, x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (x * self.weight).sum(dim=1) * w, x * w.unsqueeze(-1)
+
+
+def score_model(features: int = 8) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """(module, example inputs): x [4, F] and w [4]; --dynamic-dim 0.0,1.0=1:16 makes
+    their shared batch dynamic."""
+    generator = torch.Generator().manual_seed(4)
+    return ScoreModel(features).eval(), (torch.randn(4, features, generator=generator),
+                                         torch.rand(4, generator=generator))
+
+
 class KeywordModel(nn.Module):
     """Inputs as torch.export takes them, through the CLI: a tensor, a dict of
     tensors, a Python float (baked in) and a keyword-only mask; the package takes

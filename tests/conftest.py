@@ -205,6 +205,15 @@ def two_library(tmp_path_factory: pytest.TempPathFactory, build: Build, op_libra
     return UserPackage(out / "model.pt2", out / "ref", code, output)
 
 
+@pytest.fixture(scope="session")
+def score_package(tmp_path_factory: pytest.TempPathFactory) -> UserPackage:
+    """The one package whose tensors are only their batch dim (examples.user_models'
+    score_model: a per-example weight w [B] in, one score per example [B] out), batch
+    1..16: Triton serves it batched through reshape."""
+    return _export_model_package(tmp_path_factory.mktemp("score"), [
+        "--model", "examples.user_models:score_model", "--dynamic-dim", "0.0,1.0=1:16"])
+
+
 # LookupModel's batch, shared by its four integer inputs (examples/index_models.py).
 LOOKUP_DYNAMIC_BATCH = "0.0,1.0,2.0,3.0=1:8"
 

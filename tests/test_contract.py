@@ -176,12 +176,25 @@ def _python_verdict(suite: str, vector: dict) -> object:
             assert sent == TRITON_TYPES.get(name)
             return TRITON_TYPES.get(name)
         if suite == "batching":
-            from aoti_deploy.serve.triton_config import MAX_BATCH_SIZE_LIMIT, batch_dim
+            from aoti_deploy.serve.triton_config import MAX_BATCH_SIZE_LIMIT, TensorNames, batch_dim, triton_config
 
-            dim, _ = batch_dim(parse_document(vector["spec"]))
+            spec = parse_document(vector["spec"])
+            dim, _ = batch_dim(spec)
             if dim is None:
                 return "not_batched"
-            return {"max_batch_size": MAX_BATCH_SIZE_LIMIT if dim.max is None else min(dim.max, MAX_BATCH_SIZE_LIMIT)}
+            verdict: dict = {"max_batch_size": MAX_BATCH_SIZE_LIMIT if dim.max is None else min(dim.max,
+                                                                                                 MAX_BATCH_SIZE_LIMIT)}
+            # Which tensors requests carry as [batch, 1]: the client's view, which must be the
+            # config text's (a spec without outputs has no config).
+            names = TensorNames.of_spec(spec)
+            if spec.outputs:
+                config = triton_config(spec, "m")
+                assert names.reshaped_inputs == tuple(i for i, t in enumerate(config.inputs) if t.reshape == ())
+                assert names.reshaped_outputs == tuple(k for k, t in enumerate(config.outputs) if t.reshape == ())
+                assert all(t.dims == (1,) for t in config.inputs + config.outputs if t.reshape is not None)
+            if names.reshaped_inputs or names.reshaped_outputs:
+                verdict["reshaped"] = {"inputs": list(names.reshaped_inputs), "outputs": list(names.reshaped_outputs)}
+            return verdict
         if suite == "archive_names":
             from aoti_deploy.package.zip_check import entry_name_problem
 

@@ -55,6 +55,7 @@ PAIR = "affine_pair"  # two inputs, two outputs, extra_ops::affine from libextra
 NAMED = "named_pair"  # PAIR with names in its spec: inputs x, y; outputs scaled, tanh_sum
 NAMED_INPUTS, NAMED_OUTPUTS = ("x", "y"), ("scaled", "tanh_sum")
 SIGNED = "signed_demo"  # signed, with its trusted_key in config.pbtxt
+SCORES = "scores"  # x [B, 8] and w [B] in; scores [B] (output_0) and x * w [B, 8] out: [B] through reshape
 # Models that must fail to load, and words their reason must hold.
 BROKEN = {
     "missing_op_library": "libidentity_conv_ops.so",
@@ -62,8 +63,9 @@ BROKEN = {
     "tampered": "digest mismatch",
     "unsigned_with_key": "unsigned",
     "forced_batching": "max_batch_size 2 needs a batch dim",
+    "batch_only_without_reshape": "declare it as dims: [ 1 ] with reshape: { shape: [ ] }",
 }
-SERVING = [DEMO, DYNAMIC, FP16, PAIR, SIGNED, NAMED]
+SERVING = [DEMO, DYNAMIC, FP16, PAIR, SIGNED, NAMED, SCORES]
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ def _openssl(*args: object) -> None:
 
 @pytest.fixture(scope="session")
 def served(tmp_path_factory: pytest.TempPathFactory, build: Build, compiled_package: CompiledPackage,
-           parity_matrix) -> Served:
+           parity_matrix, score_package) -> Served:
     """The repository and the one tritonserver of the session."""
     require_triton_server()
     work = tmp_path_factory.mktemp("triton")
@@ -111,6 +113,15 @@ def served(tmp_path_factory: pytest.TempPathFactory, build: Build, compiled_pack
             item["name"] = name
     named = edit_spec(pair / "model.pt2", pair / "named.pt2", inputs=document["inputs"], outputs=document["outputs"])
     write_repository(named, repository, name=NAMED, op_libraries=[build.extra_op_library])
+    # A long queue delay, as for DYNAMIC: concurrent requests meet in the queue.
+    write_repository(score_package.path, repository, name=SCORES, max_queue_delay_us=20000)
+    # The same package batched with its [B] output declared without the reshape: refused.
+    write_repository(score_package.path, repository, name="batch_only_without_reshape")
+    unreshaped = repository / "batch_only_without_reshape" / "config.pbtxt"
+    text = unreshaped.read_text()
+    declared = 'name: "output_0"\n    data_type: TYPE_FP32\n    dims: [ 1 ]\n'
+    unreshaped.write_text(text.replace(declared + "    reshape: { shape: [ ] }\n", declared))
+    assert unreshaped.read_text().count("reshape") == text.count("reshape") - 1
 
     keys = work / "keys"
     keys.mkdir()
@@ -181,6 +192,7 @@ SHAPES = {
     FP16: [((2, 3, 8, 12), torch.float16)],
     PAIR: [((5, 16), torch.float32), ((5, 16), torch.float32)],
     NAMED: [((5, 16), torch.float32), ((5, 16), torch.float32)],
+    SCORES: [((12, 8), torch.float32), ((12,), torch.float32)],  # 12: room for the special values
 }
 
 
@@ -279,9 +291,10 @@ BAD_REQUESTS = {
     "wrong rank": (DEMO, [torch.zeros(2, 3, 8)], "Expected [2,3,8,12], got [2,3,8]"),
     "dim out of range": (DYNAMIC, [torch.zeros(1, 3, 65, 4)], "dim 2 expected a size in [1, 64], got 65"),
     "missing input": (PAIR, [torch.zeros(2, 16)], "'{1}'"),
-    "unequal shared dims": (PAIR, [torch.zeros(2, 16), torch.zeros(3, 16)], "dim 0 must equal input[0]"),
+    # PAIR and NAMED are batched (their [B] output through reshape): Triton refuses unequal batches.
+    "unequal shared dims": (PAIR, [torch.zeros(2, 16), torch.zeros(3, 16)], "batch size does not match other inputs"),
     "unequal shared dims, by name": (NAMED, [torch.zeros(2, 16), torch.zeros(3, 16)],
-                                     "input[1] (y): dim 0 must equal input[0] (x) dim 0"),
+                                     "batch size does not match other inputs for 'named_pair'"),
     "missing input, by name": (NAMED, [torch.zeros(2, 16)], "'y'"),
     "empty batch": (DYNAMIC, [torch.zeros(0, 3, 4, 4)], "byte size mismatch for input '{0}'"),
 }
@@ -334,13 +347,17 @@ def test_a_named_model_is_served_by_its_names(protocol: str, served: Served, tmp
         assert f'name: "{name}"' in config
     assert "INPUT__" not in config and "OUTPUT__" not in config
     url = served.server.grpc_url if protocol == "grpc" else served.server.http_url
-    assert triton_client.model_tensor_names(served.server.http_url, NAMED) == (NAMED_INPUTS, NAMED_OUTPUTS)
+    names = triton_client.model_tensor_names(served.server.http_url, NAMED)
+    assert (names.inputs, names.outputs, names.reshaped_outputs) == (NAMED_INPUTS, NAMED_OUTPUTS, (1,))
     x, y = model_inputs(NAMED, "random", seed=11)
     expected = dict(zip(NAMED_OUTPUTS, runner_outputs(served, NAMED, [x, y], tmp_path)))
+    # By hand, tanh_sum (one value per example, [B] in the package) comes as [B, 1]: the
+    # config reshapes it so that Triton can batch the model.
+    wire = {**expected, "tanh_sum": expected["tanh_sum"].reshape(-1, 1)}
     got = _named_request(protocol, url, {"y": y, "x": x}, ["tanh_sum"])
-    assert list(got) == ["tanh_sum"] and same_bits([got["tanh_sum"]], [expected["tanh_sum"]])
+    assert list(got) == ["tanh_sum"] and same_bits([got["tanh_sum"]], [wire["tanh_sum"]])
     got = _named_request(protocol, url, {"x": x, "y": y}, list(NAMED_OUTPUTS))
-    assert same_bits([got[name] for name in NAMED_OUTPUTS], [expected[name] for name in NAMED_OUTPUTS])
+    assert same_bits([got[name] for name in NAMED_OUTPUTS], [wire[name] for name in NAMED_OUTPUTS])
 
     with pytest.raises(InferenceServerException) as error:
         _named_request(protocol, url, {"x": x, "INPUT__1": y}, ["scaled"])
@@ -352,6 +369,68 @@ def test_a_named_model_is_served_by_its_names(protocol: str, served: Served, tmp
     assert same_bits(triton_client.infer(url, protocol, NAMED, [x, y]), [expected[name] for name in NAMED_OUTPUTS])
     good = model_inputs(DEMO, "random", seed=12)
     assert same_bits(triton_client.infer(url, protocol, DEMO, good), good)
+
+
+def test_batch_only_tensors_are_served_batched_through_reshape(served: Served, score_package) -> None:
+    """A [B] input (a weight per example) and a [B] output (one score per example) are
+    declared dims [1] with reshape []: requests carry [n, 1] and get [n, 1] back, the
+    backend sees [n] (Triton converts both ways), and concurrent requests are merged into
+    fewer executions, each answered with the Python runtime's bits for that request."""
+    import tritonclient.http as httpclient
+
+    import aoti_deploy as ad
+
+    url = served.server.http_url
+    with urllib.request.urlopen(f"{url}/v2/models/{SCORES}/config") as response:
+        config = json.loads(response.read())
+    assert config["max_batch_size"] == 16 and "dynamic_batching" in config
+    assert ["reshape" in item for item in config["input"] + config["output"]] == [False, True, True, False]
+    names = triton_client.model_tensor_names(url, SCORES)
+    assert (names.inputs, names.outputs) == (("x", "w"), ("output_0", "output_1"))
+    assert (names.reshaped_inputs, names.reshaped_outputs) == ((1,), (0,))
+
+    package = ad.load(score_package.path)
+    try:
+        # By hand with tritonclient: w goes as [n, 1], the scores come back as [n, 1].
+        x, w = model_inputs(SCORES, "special", seed=21)
+        n = x.shape[0]
+        expected = package.run([x, w])
+        assert [tuple(t.shape) for t in expected] == [(n,), (n, 8)]
+        client = httpclient.InferenceServerClient(url.removeprefix("http://"))
+        try:
+            sent = [httpclient.InferInput("x", [n, 8], "FP32"), httpclient.InferInput("w", [n, 1], "FP32")]
+            sent[0].set_data_from_numpy(x.numpy(), binary_data=True)
+            sent[1].set_data_from_numpy(w.reshape(n, 1).numpy(), binary_data=True)
+            result = client.infer(SCORES, sent)
+            scores, weighted = (torch.from_numpy(result.as_numpy(name).copy()) for name in names.outputs)
+            assert tuple(scores.shape) == (n, 1)
+            assert same_bits([scores.reshape(n), weighted], expected)
+            # w as the package's [n] is not what the config declares: Triton refuses it.
+            sent[1] = httpclient.InferInput("w", [n], "FP32")
+            sent[1].set_data_from_numpy(w.numpy(), binary_data=True)
+            with pytest.raises(Exception, match=r"unexpected shape for input 'w'"):
+                client.infer(SCORES, sent)
+        finally:
+            client.close()
+
+        # Concurrent requests of 1 to 3 examples: merged, each with its own bits. Random
+        # values only: where both operands of a multiply are NaN, which NaN comes out can
+        # depend on the batch's size (the kernel's vector loop against its tail), so a
+        # special-value row may get another NaN payload in a merged batch than alone (see
+        # docs/triton.md); special values are compared request by request above.
+        before = triton_client.model_statistics(url, SCORES)
+        requests = [model_inputs(SCORES, "random", seed=300 + i) for i in range(16)]
+        requests = [[x[: 1 + i % 3], w[: 1 + i % 3]] for i, (x, w) in enumerate(requests)]
+        results = send_concurrently(served, SCORES, requests)
+        after = triton_client.model_statistics(url, SCORES)
+        for sent_tensors, got in zip(requests, results):
+            assert not isinstance(got, Exception), got
+            assert same_bits(got, package.run(sent_tensors)), [t.shape for t in got]
+        assert after.inference_count - before.inference_count == sum(r[0].shape[0] for r in requests)
+        executions = after.execution_count - before.execution_count
+        assert executions < len(requests), f"{executions} executions for {len(requests)} requests: nothing merged"
+    finally:
+        package.close()
 
 
 def test_concurrent_bad_requests_fail_alone(served: Served) -> None:

@@ -21,7 +21,7 @@ from aoti_deploy.package import bundle_writer as bundle_module
 from aoti_deploy.package.archive import read_package_spec
 from aoti_deploy.package.spec import DimSpec, PackageSpec, TensorSpec
 from aoti_deploy.serve.served_models import read_repository
-from aoti_deploy.serve.triton_config import VersionPolicy, config_text, served_name, triton_config
+from aoti_deploy.serve.triton_config import TensorNames, VersionPolicy, config_text, served_name, triton_config
 from aoti_deploy.serve.triton_repository import CONFIG_NAME, default_model_name, model_versions, write_repository
 
 runner = CliRunner()
@@ -244,6 +244,82 @@ def test_a_batch_dim_tied_to_another_dim_keeps_the_model_unbatched():
     assert "input 1's dim 1 is one size with the batch dim" in config.batching
 
 
+# One score per example: x [B, 4] and a per-example weight w [B] give scores [B] and the
+# weighted features [B, 4]. The two [B] tensors are only their batch dim.
+SCORES_SPEC = PackageSpec(
+    inputs=[TensorSpec((DimSpec(1, 16), DimSpec(4, 4)), "float32", name="x"),
+            TensorSpec((DimSpec(1, 16),), "float32", name="w")],
+    outputs=[TensorSpec((DimSpec(1, 16),), "float32", name="scores"),
+             TensorSpec((DimSpec(1, 16), DimSpec(4, 4)), "float32", name="weighted")],
+    shared_dims=[[(0, 0), (1, 0)]],
+)
+SCORES_CONFIG = """\
+name: "scores"
+backend: "aoti"
+max_batch_size: 16
+input [
+  {
+    name: "x"
+    data_type: TYPE_FP32
+    dims: [ 4 ]
+  },
+  {
+    name: "w"
+    data_type: TYPE_FP32
+    dims: [ 1 ]
+    reshape: { shape: [ ] }
+  }
+]
+output [
+  {
+    name: "scores"
+    data_type: TYPE_FP32
+    dims: [ 1 ]
+    reshape: { shape: [ ] }
+  },
+  {
+    name: "weighted"
+    data_type: TYPE_FP32
+    dims: [ 4 ]
+  }
+]
+dynamic_batching {
+  max_queue_delay_microseconds: 100
+}
+instance_group [
+  {
+    kind: KIND_CPU
+    count: 1
+  }
+]
+"""
+
+
+def test_a_tensor_that_is_only_its_batch_dim_is_batched_through_reshape():
+    """Triton's convention for a batched model's [batch] tensor: dims [1] reshaped to [],
+    so requests and responses carry [batch, 1] and the model sees [batch]."""
+    config = triton_config(SCORES_SPEC, "scores")
+    assert config.text() == SCORES_CONFIG
+    assert [t.reshape for t in config.inputs + config.outputs] == [None, (), (), None]
+    assert config.batching == ("batched on dim 0 (1..16); input 1 (w), output 0 (scores) are one value per example, "
+                               "[batch, 1] in requests and responses (Triton's reshape)")
+    parsed = parse(config.text())
+    assert parsed.input[1].HasField("reshape") and list(parsed.input[1].reshape.shape) == []
+    assert not parsed.input[0].HasField("reshape") and parsed.output[0].HasField("reshape")
+    names = TensorNames.of_spec(SCORES_SPEC)
+    assert (names.reshaped_inputs, names.reshaped_outputs) == ((1,), (0,))
+    # The server's JSON of the config (protobuf's: int64 dims as strings, the empty shape left out).
+    served = {"max_batch_size": 16,
+              "input": [{"name": "x", "dims": ["4"]}, {"name": "w", "dims": ["1"], "reshape": {}}],
+              "output": [{"name": "scores", "dims": ["1"], "reshape": {"shape": []}},
+                         {"name": "weighted", "dims": ["4"]}]}
+    assert TensorNames.of_config(served) == names
+    # Unbatched, the same tensors keep the package's own shapes.
+    unbatched = triton_config(PackageSpec(inputs=[tensor("float32", 8, 4)], outputs=[tensor("float32", 8)]), "m")
+    assert unbatched.max_batch_size == 0 and unbatched.outputs[0].dims == (8,) and unbatched.outputs[0].reshape is None
+    assert "reshape" not in unbatched.text()
+
+
 def test_a_batch_of_at_least_two_warns_and_caps_at_int32():
     spec = PackageSpec(inputs=[tensor("float32", (2, 2**40), 3)], outputs=[tensor("float32", (2, 2**40), 3)])
     config = triton_config(spec, "m")
@@ -325,8 +401,8 @@ def test_write_repository_layout(compiled_package: CompiledPackage, op_library: 
     # The suite's package: [2, 3, 8, 12] float32, static, so not batched.
     assert parsed.max_batch_size == 0 and list(parsed.input[0].dims) == [2, 3, 8, 12]
     # Served by the names the spec records, else INPUT__0/OUTPUT__0.
-    assert written.inputs[0] == (served_name(spec.inputs, 0, "INPUT__"), "TYPE_FP32", (2, 3, 8, 12))
-    assert written.outputs[0] == (served_name(spec.outputs, 0, "OUTPUT__"), "TYPE_FP32", (2, 3, 8, 12))
+    assert written.inputs[0] == (served_name(spec.inputs, 0, "INPUT__"), "TYPE_FP32", (2, 3, 8, 12), None)
+    assert written.outputs[0] == (served_name(spec.outputs, 0, "OUTPUT__"), "TYPE_FP32", (2, 3, 8, 12), None)
 
     # Again, from the written bundle, as another model: the bundle's own libraries go in.
     again = write_repository(written.bundle, repository, name=default_model_name(written.bundle))

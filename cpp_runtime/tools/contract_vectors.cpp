@@ -322,36 +322,64 @@ json run_vector(const std::string& suite, const json& vector) {
     }
     if (suite == "batching") {
       // The config triton_repository would write to batch the package (max_batch_size
-      // the batch dim's upper bound, dims without dim 0), put to the backend's check.
+      // the batch dim's upper bound, dims without dim 0, a tensor that is only its batch
+      // dim as dims [1] with reshape []), as the JSON Triton hands the backend (int64 dims
+      // as strings; an empty reshape shape left out), read and checked by the backend.
+      // A hand_written vector with drop_reshape leaves the reshape out.
       const auto spec = spec_of(vector);
       if (spec.inputs.empty() || spec.inputs[0].dims.empty() || spec.inputs[0].dims[0].is_static()) {
         return "not_batched";
       }
-      aoti_triton::ModelConfig config;
       // An unbounded batch dim is capped at Triton's int32 limit, as the writer does.
-      config.max_batch_size = std::min<int64_t>(spec.inputs[0].dims[0].max.value_or(2147483647), 2147483647);
-      config.instance_groups = {aoti_triton::InstanceGroup{"KIND_CPU", 1, {}}};
-      config.instance_count = 1;
-      const auto entries = [](const std::vector<aoti_runner::TensorSpec>& tensors, const char* prefix) {
-        std::vector<aoti_triton::ConfigTensor> result;
+      const auto max_batch_size =
+          std::min<int64_t>(spec.inputs[0].dims[0].max.value_or(2147483647), 2147483647);
+      const bool drop_reshape = vector.value("drop_reshape", false);
+      const auto entries = [&](const std::vector<aoti_runner::TensorSpec>& tensors, const char* prefix) {
+        json result = json::array();
         for (size_t i = 0; i < tensors.size(); ++i) {
-          aoti_triton::ConfigTensor entry{aoti_triton::served_name(tensors, i, prefix),
-                                          *aoti_triton::config_type_of(tensors[i].dtype), {}};
+          json dims = json::array();
           for (size_t d = 1; d < tensors[i].dims.size(); ++d) {
-            entry.dims.push_back(tensors[i].dims[d].is_static() ? tensors[i].dims[d].min : -1);
+            dims.push_back(std::to_string(tensors[i].dims[d].is_static() ? tensors[i].dims[d].min : -1));
           }
+          json entry = {{"name", aoti_triton::served_name(tensors, i, prefix)},
+                        {"data_type", *aoti_triton::config_type_of(tensors[i].dtype)}};
+          if (tensors[i].dims.size() == 1) {
+            dims.push_back("1");
+            if (!drop_reshape) {
+              entry["reshape"] = json::object();
+            }
+          }
+          entry["dims"] = dims;
           result.push_back(entry);
         }
         return result;
       };
-      config.inputs = entries(spec.inputs, aoti_triton::kInputPrefix);
-      config.outputs = entries(spec.outputs, aoti_triton::kOutputPrefix);
+      const json document = {{"name", "m"},
+                             {"max_batch_size", max_batch_size},
+                             {"input", entries(spec.inputs, aoti_triton::kInputPrefix)},
+                             {"output", entries(spec.outputs, aoti_triton::kOutputPrefix)},
+                             {"instance_group", json::array({{{"kind", "KIND_CPU"}, {"count", 1}}})}};
+      aoti_triton::ModelConfig config;
       try {
+        config = aoti_triton::parse_model_config(document);
         aoti_triton::check_config_against_spec(config, spec);
       } catch (const RunnerError&) {
         return "not_batched";
       }
-      return {{"max_batch_size", config.max_batch_size}};
+      json verdict = {{"max_batch_size", config.max_batch_size}};
+      const auto reshaped = [](const std::vector<aoti_triton::ConfigTensor>& tensors) {
+        json positions = json::array();
+        for (size_t i = 0; i < tensors.size(); ++i) {
+          if (tensors[i].reshape) {
+            positions.push_back(i);
+          }
+        }
+        return positions;
+      };
+      if (!reshaped(config.inputs).empty() || !reshaped(config.outputs).empty()) {
+        verdict["reshaped"] = {{"inputs", reshaped(config.inputs)}, {"outputs", reshaped(config.outputs)}};
+      }
+      return verdict;
     }
     if (suite == "triton_types") {  // the core table's Triton type, as the aoti backend uses it
       const auto name = vector.at("name").get<std::string>();

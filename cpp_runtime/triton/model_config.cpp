@@ -91,6 +91,18 @@ std::vector<ConfigTensor> tensors(const json& config, const char* key) {
         tensor.dims.push_back(integer(dim, where + " dims"));
       }
     }
+    // Protobuf's JSON may leave out an empty shape: "reshape": {} is reshape [].
+    if (const auto reshape = item.find("reshape"); reshape != item.end() && !reshape->is_null()) {
+      if (!reshape->is_object()) {
+        throw RunnerError("config.pbtxt: " + where + " (" + tensor.name + ") reshape must be a message.");
+      }
+      auto& shape = tensor.reshape.emplace();
+      if (const auto dims = reshape->find("shape"); dims != reshape->end() && dims->is_array()) {
+        for (const auto& dim : *dims) {
+          shape.push_back(integer(dim, where + " reshape shape"));
+        }
+      }
+    }
     result.push_back(std::move(tensor));
   }
   return result;
@@ -140,15 +152,24 @@ void check_tensor(const ConfigTensor& entry, const aoti_runner::TensorSpec& spec
                       entry.data_type + ", but the package's is " + spec.dtype +
                       " (" + *expected_type + ").");
   }
-  std::vector<int64_t> full = entry.dims;
+  if (max_batch_size > 0 && spec.dims.size() == 1 && !entry.reshape) {
+    throw RunnerError("config.pbtxt: " + std::string(what) + " " + entry.name + " is only the batch dim in the " +
+                      "package " + aoti_runner::format_shape(spec) + " (one value per example), and Triton " +
+                      "batches tensors with a dim after the batch: declare it as dims: [ 1 ] with reshape: { " +
+                      "shape: [ ] }, so requests carry [batch, 1] and the model sees [batch] (aoti-deploy " +
+                      "triton-repository writes this).");
+  }
+  std::vector<int64_t> full = entry.model_dims();
   if (max_batch_size > 0) {
     full.insert(full.begin(), -1);
   }
   if (full.size() != spec.dims.size()) {
+    const char* which = entry.reshape ? (max_batch_size > 0 ? " (its reshape, with the batch dim)" : " (its reshape)")
+                                      : (max_batch_size > 0 ? " (with the batch dim)" : "");
     throw RunnerError("config.pbtxt: " + std::string(what) + " " + entry.name + " has rank " +
-                      std::to_string(full.size()) + " " + aoti_runner::format_sizes(full) +
-                      (max_batch_size > 0 ? " (with the batch dim)" : "") + ", but the package's is rank " +
-                      std::to_string(spec.dims.size()) + " " + aoti_runner::format_shape(spec) + ".");
+                      std::to_string(full.size()) + " " + aoti_runner::format_sizes(full) + which +
+                      ", but the package's is rank " + std::to_string(spec.dims.size()) + " " +
+                      aoti_runner::format_shape(spec) + ".");
   }
   for (size_t d = 0; d < full.size(); ++d) {
     const auto& dim = spec.dims[d];
@@ -355,17 +376,6 @@ void check_config_against_spec(const ModelConfig& config, const aoti_runner::Pac
         refuse(aoti_runner::tensor_label("input", i, spec.inputs) + " is " +
                aoti_runner::format_shape(spec.inputs[i]) +
                " (every input's dim 0 must be one dynamic range, up to at least max_batch_size)");
-      }
-    }
-    // A tensor that is only its batch dim would need Triton's reshape.
-    for (const auto* tensors : {&spec.inputs, &spec.outputs}) {
-      for (size_t i = 0; i < tensors->size(); ++i) {
-        if ((*tensors)[i].dims.size() == 1) {
-          refuse(aoti_runner::tensor_label(tensors == &spec.inputs ? "input" : "output", i, *tensors) +
-                 " has no dim besides dim 0 (one value per example); Triton batches tensors with a dim after "
-                 "the batch: return it as [B, 1] (e.g. scores.unsqueeze(-1)) and export again, or set "
-                 "max_batch_size: 0 with the full shapes as dims");
-        }
       }
     }
     // Every input's dim 0 in one shared group with nothing else: merging requests along

@@ -37,6 +37,14 @@ struct ConfigTensor {
   std::string name;
   std::string data_type;      // "TYPE_FP32", ...
   std::vector<int64_t> dims;  // without the batch dim when max_batch_size > 0; -1: any size
+  // Triton's reshape: the shape the model takes or returns (without the batch dim),
+  // when requests carry another one (dims). Triton converts both ways itself, so the
+  // backend only ever sees this shape. A package tensor that is only its batch dim is
+  // served batched as dims [1] with reshape [] (requests [batch, 1], the model [batch]).
+  std::optional<std::vector<int64_t>> reshape;
+
+  // The shape the backend sees, without the batch dim.
+  const std::vector<int64_t>& model_dims() const { return reshape ? *reshape : dims; }
 };
 
 struct InstanceGroup {
@@ -76,11 +84,13 @@ struct BackendSettings {
 BackendSettings parse_backend_config(const nlohmann::json& config);
 
 // Refuses a config that does not describe the package: input and output names, data
-// types, ranks, fixed sizes outside the spec's ranges, an instance kind for another
-// device, and a batch dim the package does not have. A batch dim is every input's dim
-// 0, one dynamic size tied to no other dim, followed by every recorded output's dim 0:
-// the rule of triton_config's batch_dim, so merged requests stay in the spec. The request-time checks (validation.h) then see only shapes Triton
-// let through.
+// types, ranks, fixed sizes outside the spec's ranges (of the reshape, when a tensor has
+// one: the shape the backend sees), an instance kind for another device, and a batch
+// dim the package does not have. A batch dim is every input's dim 0, one dynamic size
+// tied to no other dim, followed by every recorded output's dim 0: the rule of
+// triton_config's batch_dim, so merged requests stay in the spec. A tensor that is only
+// its batch dim needs dims [1] with reshape [] in a batched config. The request-time
+// checks (validation.h) then see only shapes Triton let through.
 void check_config_against_spec(const ModelConfig& config, const aoti_runner::PackageSpec& spec);
 
 // "TYPE_FP32" for "float32"; nullopt for a dtype Triton has no type for.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Annotated, List, Optional
+from typing import TYPE_CHECKING, Annotated, List, Optional
 
 import typer
 from rich.markup import escape
@@ -16,6 +16,9 @@ from rich.text import Text
 
 from ..serve.kubernetes import DEFAULT_IMAGE, DEFAULT_MEMORY
 from .common import console, exit_with, option
+
+if TYPE_CHECKING:
+    from ..serve.triton_config import TritonTensor
 
 app = typer.Typer(add_completion=False, rich_markup_mode="rich")
 
@@ -27,6 +30,13 @@ KUBERNETES_ONLY = ("--image, --replicas, --cpu-limit, --memory, --claim, --kserv
 def _dims(dims: tuple[int, ...], batched: bool) -> str:
     shown = ", ".join(str(d) for d in dims)
     return f"[batch, {shown}]" if batched and dims else ("[batch]" if batched else f"[{shown}]")
+
+
+def _tensor_dims(tensor: TritonTensor, batched: bool) -> str:
+    """The dims requests carry, and the model's own when Triton reshapes between them."""
+    if tensor.reshape is None:
+        return _dims(tensor.dims, batched)
+    return f"{_dims(tensor.dims, batched)}, the model's {_dims(tensor.reshape, batched)}"
 
 
 def _serve_command(repository: Path) -> str:
@@ -53,9 +63,10 @@ def _serve_command(repository: Path) -> str:
         "OUTPUT__0, ..., with their types and dims from the package's spec. "
         "A package whose inputs all have one dynamic dim 0, which its outputs share, is batched: "
         "max_batch_size is that dim's largest size, and Triton's dynamic batcher merges requests "
-        "(--no-dynamic-batching turns that off). Any other package is served with max_batch_size 0 and full "
-        "shapes (-1 for a dynamic size). Packages with Python-only ops cannot be served (the backend has no "
-        "Python).\n\n"
+        "(--no-dynamic-batching turns that off); a tensor that is only its batch dim (one score per example) "
+        "is declared dims [1] with reshape [], so requests and responses carry it as [batch, 1]. Any other "
+        "package is served with max_batch_size 0 and full shapes (-1 for a dynamic size). Packages with "
+        "Python-only ops cannot be served (the backend has no Python).\n\n"
         "Versions: each run publishes a new version (the next free number, or --version N), written and "
         "verified in a hidden staging folder and renamed into place whole, so a server polling the repository "
         "(--model-control-mode=poll) never sees a half-written one; --keep-versions K removes older ones, and "
@@ -194,7 +205,7 @@ def triton_repository(
     table.add_column("type")
     table.add_column("dims")
     for tensor in (*config.inputs, *config.outputs):
-        table.add_row(tensor.name, tensor.data_type, _dims(tensor.dims, config.batchable))
+        table.add_row(tensor.name, tensor.data_type, _tensor_dims(tensor, config.batchable))
     console.print(table)
     key = Path(dict(config.parameters)["trusted_key"]) if trusted_key is not None else None
     rows = [

@@ -171,11 +171,21 @@ def _output_index(name: str, names: TensorNames | None) -> int:
     return int(suffix) if name.startswith(OUTPUT_PREFIX) and suffix.isdigit() else 1 << 30
 
 
+def _as_returned(tensor: torch.Tensor, index: int, names: TensorNames | None) -> torch.Tensor:
+    """A response tensor in the package's shape: [batch, 1] back to [batch] for an output
+    the config reshapes (the same bytes)."""
+    if names is not None and index in names.reshaped_outputs and tensor.dim() == 2 and tensor.shape[1] == 1:
+        return tensor.reshape(tensor.shape[0])
+    return tensor
+
+
 def infer(
     url_or_client: Any, protocol: str, model: str, inputs: Sequence[torch.Tensor], names: TensorNames | None = None
 ) -> list[torch.Tensor]:
     """One inference request: ``inputs`` sent under the model's input names (binary
     data over HTTP), every output returned (binary), in the order of its output names.
+    Tensors are in the package's shapes: one that is only its batch dim ([batch], which
+    the config reshapes) travels as [batch, 1] and comes back as [batch].
 
     Args:
         url_or_client: "http://host:port" or "host:port" (a client is made and closed
@@ -212,6 +222,8 @@ def infer(
         requests = []
         for i, tensor in enumerate(inputs):
             name = names.inputs[i] if names is not None and i < len(names.inputs) else f"{INPUT_PREFIX}{i}"
+            if names is not None and i in names.reshaped_inputs and tensor.dim() == 1:
+                tensor = tensor.unsqueeze(-1)
             request = client_module.InferInput(name, list(tensor.shape), _datatype(tensor))
             array = _to_numpy(tensor)
             if protocol == "http":
@@ -232,7 +244,8 @@ def infer(
         else:
             described = [(output.name, output.datatype) for output in response.outputs]
         described.sort(key=lambda item: _output_index(item[0], names))
-        return [_to_torch(result.as_numpy(name), datatype) for name, datatype in described]
+        return [_as_returned(_to_torch(result.as_numpy(name), datatype), _output_index(name, names), names)
+                for name, datatype in described]
     finally:
         if owned:
             client.close()

@@ -46,6 +46,10 @@ class TritonTensor(NamedTuple):
     name: str  # the spec's name (e.g. input_ids), else INPUT__i / OUTPUT__i
     data_type: str  # e.g. TYPE_FP32
     dims: tuple[int, ...]  # -1 for a dynamic size; without dim 0 when the model is batched
+    # Triton's reshape: the model's own shape (without dim 0) when requests carry another.
+    # Only for a tensor that is its batch dim alone in a batched model: dims (1,), reshape
+    # (), so requests carry [batch, 1] and the model takes or returns [batch].
+    reshape: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,8 @@ class TritonConfig:
                     "  {",
                     f"    name: {_quote(tensor.name)}",
                     f"    data_type: {tensor.data_type}",
-                    f"    dims: [ {', '.join(str(d) for d in tensor.dims)} ]",
+                    f"    dims: {_list_text(tensor.dims)}",
+                    *([] if tensor.reshape is None else [f"    reshape: {{ shape: {_list_text(tensor.reshape)} }}"]),
                     "  }," if k < len(tensors) - 1 else "  }",
                 ]
             lines.append("]")
@@ -162,6 +167,11 @@ class VersionPolicy:
         return "all" if self.kind == "all" else f"latest:{self.latest}"
 
 
+def _list_text(values: Sequence[int]) -> str:
+    """A repeated int64 field: ``[ 3, 8 ]``, ``[ ]`` when empty."""
+    return f"[ {', '.join(map(str, values))} ]" if values else "[ ]"
+
+
 def _quote(text: str) -> str:
     """A protobuf text-format string literal: quotes and backslashes escaped, and every
     byte outside printable ASCII as an octal escape (the form every parser reads)."""
@@ -206,18 +216,25 @@ def served_name(specs: Sequence[TensorSpec], index: int, prefix: str) -> str:
 class TensorNames(NamedTuple):
     """The names a model's requests use for its inputs and outputs, in the package's
     order: the names its config declares (the spec's recorded names, else INPUT__i and
-    OUTPUT__i)."""
+    OUTPUT__i); and which of them requests shape otherwise than the package does."""
 
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+    # The positions of the tensors that requests and responses carry as [batch, 1] for
+    # the model's [batch] (Triton's reshape, ``served_dims``).
+    reshaped_inputs: tuple[int, ...] = ()
+    reshaped_outputs: tuple[int, ...] = ()
 
     @classmethod
     def of_spec(cls, spec: PackageSpec) -> "TensorNames":
         """A package's names, in its order. The backend loads a model only when its
         config declares exactly these (cpp_runtime/triton/model_config.cpp)."""
+        batched = batch_dim(spec)[0] is not None
         return cls(
             tuple(served_name(spec.inputs, i, INPUT_PREFIX) for i in range(len(spec.inputs))),
             tuple(served_name(spec.outputs, k, OUTPUT_PREFIX) for k in range(len(spec.outputs))),
+            tuple(i for i, t in enumerate(spec.inputs) if served_dims(t, batched)[1] is not None),
+            tuple(k for k, t in enumerate(spec.outputs) if served_dims(t, batched)[1] is not None),
         )
 
     @classmethod
@@ -228,10 +245,21 @@ class TensorNames(NamedTuple):
     @classmethod
     def of_config(cls, config: dict[str, Any]) -> "TensorNames":
         """The names a config declares, in its order, from the server's JSON of it."""
+        inputs, outputs = config.get("input", []), config.get("output", [])
         return cls(
-            tuple(str(item.get("name", "")) for item in config.get("input", [])),
-            tuple(str(item.get("name", "")) for item in config.get("output", [])),
+            tuple(str(item.get("name", "")) for item in inputs),
+            tuple(str(item.get("name", "")) for item in outputs),
+            tuple(i for i, item in enumerate(inputs) if _reshaped_to_batch(config, item)),
+            tuple(k for k, item in enumerate(outputs) if _reshaped_to_batch(config, item)),
         )
+
+
+def _reshaped_to_batch(config: dict[str, Any], item: dict[str, Any]) -> bool:
+    """The config item is [1] reshaped to [] in a batched model (protobuf's JSON may
+    leave out the empty shape, and writes int64 dims as strings)."""
+    reshape = item.get("reshape")
+    return (int(config.get("max_batch_size", 0) or 0) > 0 and isinstance(reshape, dict)
+            and not reshape.get("shape") and [int(d) for d in item.get("dims", [])] == [1])
 
 
 def _data_type(spec: TensorSpec, label: str) -> str:
@@ -248,13 +276,26 @@ def _config_dims(dims: Sequence[DimSpec]) -> tuple[int, ...]:
     return tuple(d.min if d.is_static else -1 for d in dims)
 
 
+def served_dims(tensor: TensorSpec, batched: bool) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """A tensor's config ``dims`` and ``reshape`` (None: none written). In a batched
+    model the batch dim is left out of both; a tensor that is only its batch dim is
+    declared [1] and reshaped to [] (Triton's convention: requests carry [batch, 1], the
+    model sees [batch]; the backend accepts exactly this, model_config.cpp)."""
+    if not batched:
+        return _config_dims(tensor.dims), None
+    if len(tensor.dims) == 1:
+        return (1,), ()
+    return _config_dims(tensor.dims[1:]), None
+
+
 def batch_dim(spec: PackageSpec) -> tuple[DimSpec | None, str]:
     """The shared batch dim, if the package is batchable, and why it is or is not.
 
     Batchable: every input's dim 0 is dynamic, all of them are one size (one input, or
     every (input, 0) in one group of ``spec.shared_dims``, with no other dim), and every
-    output's dim 0 has the same range. The backend applies the same rule to a config
-    (cpp_runtime/triton/model_config.cpp)."""
+    output's dim 0 has the same range. A tensor may be its batch dim alone (one score
+    per example): it is served through Triton's reshape (``served_dims``). The backend
+    applies the same rule to a config (cpp_runtime/triton/model_config.cpp)."""
     outputs = spec.outputs
     if not spec.inputs:
         return None, "not batched: the package takes no inputs"
@@ -263,14 +304,6 @@ def batch_dim(spec: PackageSpec) -> tuple[DimSpec | None, str]:
             return None, f"not batched: input {i} is a scalar"
         if tensor.dims[0].is_static:
             return None, f"not batched: input {i}'s dim 0 is static ({tensor.dims[0]})"
-    # A tensor that is only its batch dim would need Triton's reshape (clients would send
-    # [batch, 1]); served unbatched, every tensor keeps the package's own shape.
-    for label, tensors in (("input", spec.inputs), ("output", outputs)):
-        for i, tensor in enumerate(tensors):
-            if len(tensor.dims) == 1:
-                return None, (f"not batched: {label} {i} has no dim besides dim 0 (one value per example); "
-                              "Triton batches tensors with a dim after the batch: return it as [B, 1] (e.g. "
-                              "scores.unsqueeze(-1)) and export again to serve it batched")
     if len(spec.inputs) > 1:
         wanted = {(i, 0) for i in range(len(spec.inputs))}
         if not any(wanted <= {tuple(position) for position in group} for group in spec.shared_dims):
@@ -343,7 +376,8 @@ def triton_config(
             "Re-export it with export_compile.",
             kind="no_outputs",
         )
-    input_names, output_names = TensorNames.of_spec(spec)
+    names = TensorNames.of_spec(spec)
+    input_names, output_names = names.inputs, names.outputs
     input_types = [_data_type(t, f"input {i} ({input_names[i]})") for i, t in enumerate(spec.inputs)]
     output_types = [_data_type(t, f"output {k} ({output_names[k]})") for k, t in enumerate(outputs)]
 
@@ -358,12 +392,16 @@ def triton_config(
                         kind="triton_scalar",
                     )
     warnings: list[str] = []
-    skip = 0
     max_batch_size = 0
     if dim is not None:
-        skip = 1
         # An unbounded batch dim, or one past Triton's int32, is capped at its limit.
         max_batch_size = MAX_BATCH_SIZE_LIMIT if dim.max is None else min(dim.max, MAX_BATCH_SIZE_LIMIT)
+        alone = [f"{label} {i} ({names[i]})"
+                 for label, names, tensors in (("input", input_names, spec.inputs), ("output", output_names, outputs))
+                 for i, tensor in enumerate(tensors) if len(tensor.dims) == 1]
+        if alone:
+            batching += (f"; {', '.join(alone)} {'is' if len(alone) == 1 else 'are'} one value per example, "
+                         "[batch, 1] in requests and responses (Triton's reshape)")
         if dim.min > 1:
             positions = ",".join(f"{i}.0" for i in range(len(spec.inputs)))
             warnings.append(
@@ -384,11 +422,11 @@ def triton_config(
         dynamic_batching=dynamic_batching and max_batch_size > 0,
         max_queue_delay_us=max_queue_delay_us,
         inputs=tuple(
-            TritonTensor(name, data_type, _config_dims(t.dims[skip:]))
+            TritonTensor(name, data_type, *served_dims(t, dim is not None))
             for name, t, data_type in zip(input_names, spec.inputs, input_types)
         ),
         outputs=tuple(
-            TritonTensor(name, data_type, _config_dims(t.dims[skip:]))
+            TritonTensor(name, data_type, *served_dims(t, dim is not None))
             for name, t, data_type in zip(output_names, outputs, output_types)
         ),
         batching=batching if dim is None or dynamic_batching else f"{batching}, dynamic batching off",
