@@ -11,6 +11,7 @@ check against eager."""
 from __future__ import annotations
 
 import logging
+import zipfile
 
 import pytest
 import torch
@@ -140,3 +141,17 @@ def test_tune_options_are_checked(values: dict, expected: str, tmp_path) -> None
         ad.export(MulAdd(), (torch.ones(2), torch.ones(2)), package_path=tmp_path / "x.pt2", **values)
     assert expected in str(error.value)
     assert not list(tmp_path.iterdir())
+
+
+def test_freezing_really_prepacks(tmp_path) -> None:  # noqa: ANN001
+    """Inductor applies freezing only to a compile without autograd, and says nothing
+    otherwise: the default package's generated code calls oneDNN's convolution on
+    weights prepacked at compile time (mkldnn._convolution_pointwise), not aten's."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).eval()
+    package = ad.export(model, (torch.randn(1, 3, 16, 16),), package_path=tmp_path / "conv.pt2")
+    with zipfile.ZipFile(tmp_path / "conv.pt2") as archive:
+        code = "".join(archive.read(name).decode(errors="replace") for name in archive.namelist()
+                       if name.endswith("wrapper.cpp"))
+    assert package.spec.inductor_configs == {"freezing": True}
+    assert "_convolution_pointwise" in code

@@ -89,7 +89,9 @@ def compile_package(
     package_path = Path(package_path)
     package_path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with compiling_for(cpu_target) as target_configs, quiet_pytree_deprecation():
+        # Without autograd: Inductor applies freezing only when grad is disabled (and
+        # says nothing otherwise), and a package is for inference.
+        with compiling_for(cpu_target) as target_configs, quiet_pytree_deprecation(), torch.no_grad():
             written = torch._inductor.aoti_compile_and_package(
                 program,
                 package_path=str(package_path),
