@@ -604,3 +604,40 @@ def test_bench_help_describes_the_package_benchmark():
     for option in ("--package", "--inputs", "--model", "--batches", "--compile-timeout", "--max-autotune"):
         assert option in text
     assert "ONNX Runtime" in text and "ratios to the fastest" in text
+
+
+class _WholeInputPool(torch.nn.Module):
+    """transformers' EfficientNet head: a 1280x1280 average pool over a 7x7 map."""
+
+    def __init__(self, padding: int = 0) -> None:
+        super().__init__()
+        self.pool = torch.nn.AvgPool2d(1280, ceil_mode=True, padding=padding)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(x) * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_whole_input_pools_get_the_input_as_window(dtype: torch.dtype) -> None:
+    """The window Inductor would loop over in full becomes the input's size; eager's
+    bits stay (special values, both layouts)."""
+    model = _WholeInputPool().eval()
+    with torch.no_grad():
+        program = torch.export.export(model, (torch.randn(1, 16, 7, 7).to(dtype),))
+    report = optimize_program(program)
+    pools = [node for node in program.graph.nodes if node.target is torch.ops.aten.avg_pool2d.default]
+    assert [node.args[1] for node in pools] == [[7, 7]]
+    assert report.pools == [f"{pools[0].name}: 1280x1280 to 7x7"]
+    assert "1 whole-input average pool(s) given the input's size as window" in report.summary()
+    for layout in (torch.contiguous_format, torch.channels_last):
+        x = special_values((1, 16, 7, 7), dtype).contiguous(memory_format=layout)
+        with torch.no_grad():
+            assert _same_bits(program.module()(x), model(x))
+
+
+def test_a_padded_or_partial_pool_is_left_alone() -> None:
+    with torch.no_grad():
+        padded = torch.export.export(_WholeInputPool(padding=1).eval(), (torch.randn(1, 4, 7, 7),))
+        partial = torch.export.export(torch.nn.AvgPool2d(3).eval(), (torch.randn(1, 4, 7, 7),))
+    for program in (padded, partial):
+        assert optimize_program(program).pools == []
