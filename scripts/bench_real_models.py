@@ -154,6 +154,15 @@ def summary_rows(output_dir: Path, threads: int) -> list[dict[str, object]]:
     return rows
 
 
+def baseline_p50(row: dict[str, object]) -> float | None:
+    """The Inductor-defaults package's p50 at the row's batch (one number: a package
+    static in shape, timed at its only batch)."""
+    value = row.get("inductor_defaults_cpp_p50_us")
+    if isinstance(value, dict):
+        return value.get(str(row["batch"]))
+    return value if isinstance(value, (int, float)) else None
+
+
 def markdown(rows: list[dict[str, object]], threads: int) -> str:
     def us(value: object) -> str:
         return f"{value:.0f}" if isinstance(value, (int, float)) else "-"
@@ -170,7 +179,7 @@ def markdown(rows: list[dict[str, object]], threads: int) -> str:
             f"| {row['model']} | {row['batch']} | {us(cpp)} | {us(row['python_p50_us'])} | {us(row['onnx_p50_us'])} | "
             f"{us(row['eager_p50_us'])} | {us(row['compile_p50_us'])} | {ratio(cpp, row['onnx_p50_us'])} | "
             f"{ratio(cpp, row['eager_p50_us'])} | {ratio(cpp, row['compile_p50_us'])} | "
-            f"{ratio((row.get('inductor_defaults_cpp_p50_us') or {}).get(str(row['batch'])), row['onnx_p50_us'])} | "
+            f"{ratio(baseline_p50(row), row['onnx_p50_us'])} | "
             f"{row['cold_export_s']} | {row['warm_export_s']} |"
         )
     # The issue's measure: the geometric mean of C++ / ORT at batch 1 over the vision
