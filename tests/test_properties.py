@@ -9,7 +9,6 @@ well under a minute."""
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import tempfile
 from pathlib import Path
