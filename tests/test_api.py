@@ -162,8 +162,11 @@ def test_quickstart_example_runs_end_to_end(api_quickstart: QuickstartRun) -> No
     assert "PASSED against cpp (bitwise)" in result.stdout
     assert "{'scores': [2, 8], 'pooled': [2, 32]}" in result.stdout
     # Both sections of the report name the outputs by the dict's keys, as the runners do.
-    assert "  eager vs package [2, 8, 32] [2, 8] output 'scores': ok (identical)" in result.stdout, result.stdout
-    assert result.stdout.count("  output 'pooled': ok (identical)") == 2, result.stdout
+    # Against eager within tolerance (freezing packs the linears for oneDNN, which sums in
+    # another order); against the C++ runner, the same bits.
+    assert "  eager vs package [2, 8, 32] [2, 8] output 'scores': ok (" in result.stdout, result.stdout
+    assert ("PASSED against cpp (bitwise)\n  output 'scores': ok (identical)\n  output 'pooled': ok (identical)"
+            in result.stdout), result.stdout
     assert "output[" not in result.stdout, result.stdout
     config = (tmp_path / "triton_repository" / "scorer" / "config.pbtxt").read_text()
     assert 'name: "scorer"' in config, config
