@@ -58,8 +58,8 @@ def test_a_setting_that_breaks_a_model_is_dropped_and_said(monkeypatch: pytest.M
                                                          caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(speed, "CPU_DEFAULTS", (
         speed.CPU_DEFAULTS[0],
-        SpeedSetting("fp-contract", {"cpp.enable_floating_point_contract_flag": "fast"}, "fused multiply-add"),
-        SpeedSetting("missing-compiler", {"cpp.cxx": "no-such-compiler"}, "a compiler that is not there"),
+        SpeedSetting("fp-contract", {"cpp.enable_floating_point_contract_flag": "fast"}),
+        SpeedSetting("missing-compiler", {"cpp.cxx": "no-such-compiler"}),
     ))
     generator = torch.Generator().manual_seed(0)
     x, y = torch.randn(4, 1024, generator=generator), torch.randn(4, 1024, generator=generator)

@@ -79,6 +79,12 @@ bool is_int64(const json& value) {
           value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
 }
 
+// tuning (an export with optimize="tune"): an array of {"name": string,
+// "inductor_configs": object, "p50_us": a number >= 0 or null, "result": string}.
+// The runners ignore its rows, but refuse a malformed one and write the rest back
+// with these four keys, as Python does.
+json get_tuning(const json& value);
+
 // inductor_configs: an object of non-empty keys whose values are booleans, 64-bit
 // integers or strings; kept as each value's JSON text, for --inspect.
 std::map<std::string, std::string> get_inductor_configs(const json& value) {
@@ -97,6 +103,28 @@ std::map<std::string, std::string> get_inductor_configs(const json& value) {
     configs[key] = setting.dump();
   }
   return configs;
+}
+
+json get_tuning(const json& value) {
+  get_array(value, "tuning");
+  json rows = json::array();
+  for (size_t i = 0; i < value.size(); ++i) {
+    const auto& row = value[i];
+    const auto where = "tuning[" + std::to_string(i) + "]";
+    if (!row.is_object()) {
+      throw malformed(where + ": expected an object, got " + type_name(row));
+    }
+    const auto p50 = row.value("p50_us", json(nullptr));
+    if (!p50.is_null() && (!p50.is_number() || !std::isfinite(p50.get<double>()) || p50.get<double>() < 0)) {
+      throw malformed(where + ".p50_us: expected a finite number >= 0 or null, got " + brief_json(p50));
+    }
+    const auto name = get_string(row.value("name", json(nullptr)), where + ".name");
+    const auto configs = row.value("inductor_configs", json::object());
+    get_inductor_configs(configs);
+    const auto result = get_string(row.value("result", json(nullptr)), where + ".result");
+    rows.push_back({{"name", name}, {"inductor_configs", configs}, {"p50_us", p50}, {"result", result}});
+  }
+  return rows;
 }
 
 // constant_inputs: objects with a string name, an integer index >= 0 and a scalar
@@ -552,6 +580,7 @@ PackageSpec parse_spec_document(const json& document) {
     spec.eager_check = get_tolerance(check, "eager_check");
   }
   spec.inductor_configs = get_inductor_configs(get("inductor_configs", json::object()));
+  spec.tuning = get_tuning(get("tuning", json::array()));
   spec.constant_inputs = get_constant_inputs(get("constant_inputs", json::array()));
   return spec;
 }
@@ -625,6 +654,9 @@ json spec_to_document(const PackageSpec& spec) {
       configs[key] = json::parse(text);
     }
     document["inductor_configs"] = configs;
+  }
+  if (!spec.tuning.empty()) {  // written only when given, as in Python
+    document["tuning"] = spec.tuning;
   }
   if (!spec.constant_inputs.empty()) {
     document["constant_inputs"] = spec.constant_inputs;

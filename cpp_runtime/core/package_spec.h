@@ -121,6 +121,9 @@ struct PackageSpec {
   // The non-tensor inputs torch.export baked in ({"name", "index", "value"} objects).
   // Only the Python runtime checks them; kept here so both readers round-trip alike.
   nlohmann::json constant_inputs = nlohmann::json::array();
+  // An export with optimize="tune": each candidate's {"name", "inductor_configs",
+  // "p50_us", "result"}; kept for the document, not used by the runners.
+  nlohmann::json tuning = nlohmann::json::array();
   int schema_version = kSchemaVersion;  // the version the spec was read from
   std::map<std::string, std::string> aoti;  // AOTI's own metadata entries (ISA, machine, ...)
 };

@@ -1,5 +1,5 @@
 """The Inductor settings a CPU package gets by default because they measured fastest
-on real models (docs/performance.md has the table and the command that made it), and
+on real models (docs/performance-real-models.md has the table and the command that made it), and
 the rule that keeps them honest: a setting that makes a model's compile fail, or its
 package fail the check against eager, is dropped for that model and the package
 compiled again without it. The export says what it dropped and why; no package ships
@@ -20,16 +20,13 @@ from .options import ExportOptions
 class SpeedSetting:
     name: str
     configs: dict[str, Any]
-    why: str
 
 
 # In order of importance: when one must go, the last one still applied goes first.
 CPU_DEFAULTS: tuple[SpeedSetting, ...] = (
-    SpeedSetting(
-        "freezing", {"freezing": True},
-        "weights become constants: oneDNN gets them prepacked in its own layout, convolutions and "
-        "linears fuse with their activations, and constant subgraphs are folded",
-    ),
+    # Weights become constants: oneDNN gets them prepacked in its own layout,
+    # convolutions and linears fuse with their activations, constant subgraphs fold.
+    SpeedSetting("freezing", {"freezing": True}),
 )
 
 

@@ -97,7 +97,7 @@ class PackageSpec:
     inductor_configs: dict[str, bool | int | str] = field(default_factory=dict)
     # An export with optimize="tune": each candidate's {"name", "inductor_configs",
     # "p50_us" (null when it was not timed), "result"}, in the order tried. Read by
-    # inspect; the runners ignore it.
+    # inspect; the C++ reader checks its form as this one does, and uses nothing else of it.
     tuning: list[dict[str, Any]] = field(default_factory=list)
     aoti: dict[str, str] = field(default_factory=dict)  # AOTI's own entries (CPU ISA, ...)
     schema_version: int = SCHEMA_VERSION  # the version the spec was read from
