@@ -17,6 +17,8 @@ from .json_text import parse_json_limited
 from .spec_fields import (
     constant_inputs_of,
     inductor_configs_of,
+    describe_quantization,
+    quantization_of,
     tuning_of,
     int_of,
     list_of,
@@ -99,6 +101,10 @@ class PackageSpec:
     # "p50_us" (null when it was not timed), "result"}, in the order tried. Read by
     # inspect; the C++ reader checks its form as this one does, and uses nothing else of it.
     tuning: list[dict[str, Any]] = field(default_factory=list)
+    # An int8 export (quantize=): its mode, calibration calls, the quantized graph's
+    # convolutions and linears against the int8 kernels in the compiled code, and its
+    # drift from the fp32 model (spec_fields.quantization_of). Read by inspect.
+    quantization: dict[str, Any] = field(default_factory=dict)
     aoti: dict[str, str] = field(default_factory=dict)  # AOTI's own entries (CPU ISA, ...)
     schema_version: int = SCHEMA_VERSION  # the version the spec was read from
 
@@ -141,6 +147,7 @@ class PackageSpec:
             **({"constant_inputs": list(self.constant_inputs)} if self.constant_inputs else {}),
             **({"inductor_configs": dict(self.inductor_configs)} if self.inductor_configs else {}),
             **({"tuning": [dict(row) for row in self.tuning]} if self.tuning else {}),
+            **({"quantization": dict(self.quantization)} if self.quantization else {}),
         }
 
     def named_outputs(self, count: int) -> list[str]:
@@ -189,6 +196,8 @@ class PackageSpec:
         for row in self.tuning:
             timed = f"p50 {row['p50_us']:.0f} µs" if row["p50_us"] is not None else "not timed"
             rows.append((f"tuning: {row['name']}", f"{timed}; {row['result']}"))
+        if self.quantization:
+            rows.append(("quantization", describe_quantization(self.quantization)))
         return rows
 
     def to_json(self) -> dict[str, object]:
@@ -331,5 +340,6 @@ def parse_document(document: Any) -> PackageSpec:
         constant_inputs=constant_inputs_of(get("constant_inputs", [])),
         inductor_configs=inductor_configs_of(get("inductor_configs", {})),
         tuning=tuning_of(get("tuning", [])),
+        quantization=quantization_of(get("quantization", {})),
         schema_version=version,
     )

@@ -232,3 +232,46 @@ def tuning_of(value: Any) -> list[dict[str, Any]]:
             "result": str_of(row.get("result"), f"{where}.result"),
         })
     return checked
+
+
+QUANTIZE_MODES = ("int8", "int8-dynamic")
+_QUANTIZATION_COUNTS = ("calibration_calls", "convolutions", "linears", "fp32_heavy", "int8_convolutions",
+                        "int8_linears")
+
+
+def quantization_of(value: Any) -> dict[str, Any]:
+    """The ``quantization`` entry (an int8 export): {"mode": "int8" or "int8-dynamic",
+    the integers >= 0 "calibration_calls", "convolutions", "linears", "fp32_heavy",
+    "int8_convolutions", "int8_linears", "max_abs": a finite number >= 0,
+    "top1_agreement": a number in 0..1 or null}; {} when absent."""
+    if not isinstance(value, dict):
+        raise malformed(f"quantization: expected an object, got {type_name_of(value)}")
+    if not value:
+        return {}
+    mode = str_of(value.get("mode"), "quantization.mode")
+    if mode not in QUANTIZE_MODES:
+        raise malformed(f"quantization.mode: expected one of {', '.join(QUANTIZE_MODES)}, got {json.dumps(mode)}")
+    record: dict[str, Any] = {"mode": mode}
+    for key in _QUANTIZATION_COUNTS:
+        record[key] = int_of(value.get(key), f"quantization.{key}")
+    max_abs = value.get("max_abs")
+    if type(max_abs) not in (int, float) or not 0 <= max_abs < float("inf"):
+        raise malformed(f"quantization.max_abs: expected a finite number >= 0, got {json.dumps(max_abs)}")
+    top1 = value.get("top1_agreement")
+    if top1 is not None and (type(top1) not in (int, float) or not 0 <= top1 <= 1):
+        raise malformed(f"quantization.top1_agreement: expected a number in 0..1 or null, got {json.dumps(top1)}")
+    record["max_abs"], record["top1_agreement"] = max_abs, top1
+    return record
+
+
+def describe_quantization(record: dict[str, Any]) -> str:
+    """The record in one line, for inspect (aoti_runner --inspect prints the same)."""
+    kernels = (f"{record['int8_convolutions']} of {record['convolutions']} quantized convolution(s) and "
+               f"{record['int8_linears']} of {record['linears']} linear(s) run oneDNN int8 kernels")
+    if (small := record["linears"] - record["int8_linears"]) > 0:
+        kernels += f" ({small} small linear(s) in Inductor's own kernels, from the int8 weights)"
+    top1 = record["top1_agreement"]
+    against = f"max abs {record['max_abs']:.3g}" + ("" if top1 is None else f", top-1 agreement {100 * top1:.1f} %")
+    kind = "dynamic" if record["mode"] == "int8-dynamic" else "static"
+    return (f"{record['mode']} ({kind}, {record['calibration_calls']} calibration call(s)): {kernels}; "
+            f"against the fp32 model: {against}")

@@ -1,0 +1,196 @@
+"""int8 packages (``quantize="int8"`` or ``"int8-dynamic"``), through torchao's PT2E
+flow: the exported graph is annotated by ``X86InductorQuantizer``, observed on the
+calibration calls (static), converted, and exported again. Inductor then lowers each
+quantized convolution and linear to oneDNN's int8 kernels (VNNI, AMX where the CPU
+has them), but only under ``freezing``: without it every one silently runs in fp32
+(pytorch/ao#4566). So the compiled code is read back, and a package whose int8
+kernels fall short of the quantized graph's is refused, naming what fell back.
+
+The package is checked against the converted graph run in eager (the quantized eager
+reference); its drift from the fp32 model on the calibration calls is recorded
+(spec ``quantization``) and shown by ``inspect``."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import re
+import zipfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import CompileError, InputError
+from ..models.call import CallInputs
+from ..models.user import flatten_outputs
+from ..package.spec_fields import QUANTIZE_MODES, describe_quantization  # noqa: F401
+
+
+_CONVS = {"aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default", "aten.convolution.default"}
+_LINEARS = {"aten.linear.default", "aten.addmm.default", "aten.mm.default"}
+_MATMULS = {"aten.matmul.default", "aten.bmm.default", "aten.baddbmm.default"}
+_DEQUANTIZE = re.compile(r"quantized_decomposed\.dequantize_per_(channel|tensor)")
+# Calls in the generated wrapper: oneDNN's int8 kernels, and the fp32 ones a quantized
+# op falls back to.
+_INT8_CONV = re.compile(r"\baoti_torch_cpu__qconv\w*\(")
+_INT8_LINEAR = re.compile(r"\baoti_torch_cpu__qlinear\w*\(")
+_FP32_HEAVY = re.compile(
+    r"\baoti_torch_cpu_(?:mkldnn__convolution\w*|convolution|_linear_pointwise\w*|mkl_linear|addmm_out|mm_out"
+    r"|bmm_out|baddbmm_out|_addmm_activation)\("
+)
+
+
+@dataclass
+class QuantizedGraph:
+    """The converted model (the eager reference), its counts, and the record the spec
+    carries. The program to compile is exported from ``module`` by the caller."""
+
+    module: torch.nn.Module
+    record: dict[str, Any]
+
+
+def require_torchao() -> None:
+    """Raise InputError when torchao (the quant extra) is missing."""
+    try:
+        with _quiet_import():
+            import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401
+    except ImportError as error:
+        raise InputError(
+            f"quantize needs torchao, which did not import ({error}); install the quant extra: "
+            "pip install -e '.[quant]'"
+        ) from None
+
+
+@contextlib.contextmanager
+def _quiet_import() -> Iterator[None]:
+    """torchao prints a line for each of its CUDA-only extensions that cannot load on
+    a CPU build of torch; they play no part here."""
+    logger = logging.getLogger("torchao")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def calibration_calls(calibration: Any, example: CallInputs) -> list[CallInputs]:
+    """The calibration as calls like the example's: each item the model's positional
+    args (a tuple, or one tensor), or a dict of keyword args for a model called with
+    keywords only."""
+    if calibration is None:
+        return []
+    if isinstance(calibration, torch.Tensor) or not isinstance(calibration, Sequence):
+        raise InputError(
+            "calibration must be a list of calls, each the model's positional args (a tuple, or one tensor) "
+            f"or a dict of keyword args; got {type(calibration).__name__}. Wrap one batch as [batch]"
+        )
+    calls = []
+    for number, item in enumerate(calibration):
+        if isinstance(item, dict):
+            call = CallInputs.of((), item)
+        else:
+            call = CallInputs.of(item if isinstance(item, (tuple, list)) else (item,), None)
+        if len(call.tensors()) != len(example.tensors()):
+            raise InputError(
+                f"calibration[{number}] holds {len(call.tensors())} tensor(s), but the example call has "
+                f"{len(example.tensors())}; give each calibration call as the example's args"
+            )
+        calls.append(call)
+    return calls
+
+
+def quantize_module(program: torch.export.ExportedProgram, mode: str, calls: list[CallInputs]) -> torch.nn.Module:
+    """The exported ``program`` quantized by X86InductorQuantizer: observed on
+    ``calls`` and converted (the quantized eager reference)."""
+    with _quiet_import():
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+        from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
+
+    quantizer = x86.X86InductorQuantizer()
+    quantizer.set_global(x86.get_default_x86_inductor_quantization_config(is_dynamic=mode == "int8-dynamic"))
+    with torch.no_grad():
+        prepared = prepare_pt2e(program.module(), quantizer)
+        for call in calls:
+            call.call(prepared)
+        return convert_pt2e(prepared)
+
+
+def quantized_counts(graph: torch.fx.Graph) -> dict[str, int]:
+    """Convolutions and linears of the converted graph whose weight is quantized, and
+    the fp32 convolutions, linears and matmuls left (which may run fp32 kernels)."""
+    counts = {"convolutions": 0, "linears": 0, "fp32_heavy": 0}
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        target = str(node.target)
+        if target not in _CONVS | _LINEARS | _MATMULS:
+            continue
+        weight = node.args[1] if target not in {"aten.addmm.default"} else node.args[2]
+        quantized = (isinstance(weight, torch.fx.Node) and weight.op == "call_function"
+                     and _DEQUANTIZE.search(str(weight.target)) is not None)
+        if quantized and target in _CONVS:
+            counts["convolutions"] += 1
+        elif quantized and target not in _MATMULS:
+            counts["linears"] += 1
+        else:
+            counts["fp32_heavy"] += 1
+    return counts
+
+
+def drift(fp32: torch.nn.Module, quantized: torch.nn.Module, calls: list[CallInputs]) -> dict[str, Any]:
+    """How far the quantized model is from the fp32 one on ``calls``: the largest
+    absolute difference of any floating output, and for the first floating output
+    with classes in its last dim, the share of rows whose top-1 agrees."""
+    max_abs, agree, rows = 0.0, 0, 0
+    with torch.no_grad():
+        for call in calls:
+            pairs = zip(flatten_outputs(call.call(fp32)), flatten_outputs(call.call(quantized)))
+            first = True
+            for ref, out in pairs:
+                if not (isinstance(ref, torch.Tensor) and ref.is_floating_point()):
+                    continue
+                max_abs = max(max_abs, float((ref.double() - out.double()).abs().max()) if ref.numel() else 0.0)
+                if first and ref.dim() >= 1 and ref.shape[-1] >= 2:
+                    agree += int((ref.argmax(-1) == out.argmax(-1)).sum())
+                    rows += ref.numel() // ref.shape[-1]
+                first = False
+    return {"max_abs": max_abs, "top1_agreement": agree / rows if rows else None}
+
+
+def compiled_int8_kernels(package_path: str | Path) -> dict[str, int]:
+    """Calls of oneDNN's int8 convolutions and GEMMs, and of fp32 ones, in the
+    package's generated wrapper code."""
+    with zipfile.ZipFile(package_path) as archive:
+        source = "\n".join(archive.read(name).decode("utf-8", "replace") for name in archive.namelist()
+                           if name.endswith(".wrapper.cpp"))
+    return {"convolutions": len(_INT8_CONV.findall(source)), "linears": len(_INT8_LINEAR.findall(source)),
+            "fp32_heavy": len(_FP32_HEAVY.findall(source))}
+
+
+def check_int8_kernels(package_path: str | Path, record: dict[str, Any], configs: dict[str, Any]) -> dict[str, Any]:
+    """Refuse a package whose compiled code runs a quantized convolution or linear in
+    fp32; return the record with what the compiled code runs."""
+    found = compiled_int8_kernels(package_path)
+    convs, linears, fp32 = record["convolutions"], record["linears"], record["fp32_heavy"]
+    problems = []
+    if found["convolutions"] < convs:
+        problems.append(f"{convs - found['convolutions']} of {convs} quantized convolution(s) compiled to fp32 "
+                        "kernels")
+    if found["fp32_heavy"] > fp32:
+        problems.append(f"the code calls {found['fp32_heavy']} fp32 convolution/GEMM kernel(s) where the quantized "
+                        f"graph leaves {fp32} op(s) in fp32")
+    if problems:
+        hint = ("Inductor lowers quantized ops to int8 kernels only with freezing on, and this compile had "
+                "freezing=False; remove that setting" if not configs.get("freezing") else
+                "report the model: Inductor did not match these ops to its int8 patterns")
+        raise CompileError(
+            "the int8 package would silently run in fp32: " + "; ".join(problems) + f" ({found['convolutions']} "
+            f"int8 convolution(s) and {found['linears']} int8 GEMM(s) in the compiled code). {hint}"
+        )
+    return {**record, "int8_convolutions": found["convolutions"], "int8_linears": found["linears"]}
