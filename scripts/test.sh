@@ -12,7 +12,7 @@ export AOTI_DEPLOY_BUILD_DIR="$(abs_path "${BUILD_DIR:-$ROOT/build}")"
 # examples/hf_models.py and the Kubernetes manifests too: install their extras, and
 # make a missing ONNX extra fail the ONNX tests rather than skip them. The docs extra
 # (mkdocs) is for CI's `mkdocs build --strict` after the suite.
-export EXTRAS="${EXTRAS:-test,build,bench,sign,onnx,triton,hf,k8s,docs}"
+export EXTRAS="${EXTRAS:-test,build,bench,sign,onnx,triton,hf,k8s,quant,docs}"
 export AOTI_DEPLOY_REQUIRE_ONNX="${AOTI_DEPLOY_REQUIRE_ONNX:-1}"
 # The same for the transformers models: a missing hf extra fails the zoo tests.
 export AOTI_DEPLOY_REQUIRE_HF="${AOTI_DEPLOY_REQUIRE_HF:-1}"
@@ -20,6 +20,8 @@ export AOTI_DEPLOY_REQUIRE_HF="${AOTI_DEPLOY_REQUIRE_HF:-1}"
 export AOTI_DEPLOY_REQUIRE_TRITON="${AOTI_DEPLOY_REQUIRE_TRITON:-1}"
 # The same for the manifests' schema checks: a missing k8s extra fails them.
 export AOTI_DEPLOY_REQUIRE_K8S="${AOTI_DEPLOY_REQUIRE_K8S:-1}"
+# The same for the int8 deploys: a missing quant extra fails their tests.
+export AOTI_DEPLOY_REQUIRE_QUANT="${AOTI_DEPLOY_REQUIRE_QUANT:-1}"
 "$ROOT/scripts/setup.sh"
 # The fleet tests (tests/test_fleet.py) put HAProxy in front of two tritonservers.
 "$ROOT/scripts/install_haproxy.sh"

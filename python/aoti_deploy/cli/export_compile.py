@@ -16,13 +16,13 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..api import ONNX_MODES, ONNX_STAGES, STAGES, TARGETS, BuildResult, ExportOptions, FactorySource, IdentitySource, Package, export
+from ..api import ONNX_MODES, ONNX_STAGES, QUANTIZE_MODES, STAGES, TARGETS, BuildResult, ExportOptions, FactorySource, IdentitySource, Package, export
 from ..errors import EXIT_MISMATCH, AotiDeployError, VerificationError
 from ..models.example import DEFAULT_RANGES
 from ..models.identity import MODEL_VARIANTS
 from ..package.dtypes import DTYPES, INPUT_DTYPES
 from ..package.host import CPU_TARGET_NAMES, CPU_TARGETS
-from ..runtime.tensor_files import REFERENCE_EAGER, REFERENCE_FILES, REFERENCE_INPUTS, REFERENCE_OUTPUTS
+from ..runtime.tensor_files import REFERENCE_EAGER, REFERENCE_FILES, REFERENCE_INPUTS, REFERENCE_OUTPUTS, read_calibration
 from ..verify.tolerance import FAILED, list_verdict, verdict_line
 from .parsing import parse_dynamic_dim, parse_inductor_configs, parse_input_values, parse_model_args, parse_shape
 from .common import (
@@ -43,6 +43,7 @@ DType = _choices("DType", [*DTYPES, *INPUT_DTYPES])
 CpuTargetName = _choices("CpuTargetName", CPU_TARGET_NAMES)
 Variant = _choices("Variant", MODEL_VARIANTS)
 Device = _choices("Device", ("cpu", "cuda"))
+QuantizeMode = _choices("QuantizeMode", QUANTIZE_MODES)
 Format = _choices("Format", TARGETS)
 OnnxMode = _choices("OnnxMode", ONNX_MODES)
 
@@ -236,6 +237,19 @@ def export_compile(
     tune_budget: Annotated[float, typer.Option(
         min=1, help="Seconds --tune may spend; a candidate not started by then is not tried.",
     )] = 600.0,
+    quantize: Annotated[Optional[QuantizeMode], typer.Option(
+        help="Make an int8 package through torchao's PT2E flow (the quant extra): int8 quantizes weights and "
+        "activations with scales from --calibration (convolutional models); int8-dynamic quantizes the "
+        "weights, and the activations per call (linear-heavy models such as transformers). The package is "
+        "checked against the quantized model in eager, records its drift from fp32 (inspect shows it), and is "
+        "refused if any quantized convolution or linear would run in fp32.", case_sensitive=False,
+        show_default=False,
+    )] = None,
+    calibration: Annotated[Optional[Path], typer.Option(
+        help="A tensor file of calibration calls for --quantize: torch.save([batch, ...], FILE), each item the "
+        "model's input tensor, a list of its tensors, or a dict of name -> tensor. A few typical batches.",
+        show_default=False,
+    )] = None,
     cpu_target: Annotated[
         CpuTargetName,
         typer.Option(
@@ -321,6 +335,8 @@ def export_compile(
             input_values=dict(getattr(source, "input_values", {})), allow_python_ops=allow_python_ops,
             inductor_configs=parse_inductor_configs(inductor_config or []),
             optimize="tune" if tune else optimize, tune_budget=tune_budget, force=force, references=save_reference,
+            quantize=quantize.value if quantize else None,
+            calibration=None if calibration is None else read_calibration(calibration),
         )
     except Exception as error:  # a bad --model-arg, --input-shape or --dynamic-dim
         exit_with(error)
@@ -471,6 +487,11 @@ FLAGS = {
     "with op_libraries": "with --op-lib",
     "optimize='tune' tunes": "--tune tunes",
     "tune_budget must": "--tune-budget must",
+    "pass calibration=[args, ...] (a few typical batches; --calibration FILE on the command line)":
+        "pass --calibration FILE (torch.save([batch, ...], FILE): a few typical batches)",
+    "or use quantize='int8-dynamic'": "or use --quantize int8-dynamic",
+    "quantize='int8' sets": "--quantize int8 sets",
+    "quantize makes": "--quantize makes",
 }
 
 

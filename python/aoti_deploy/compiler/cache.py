@@ -202,10 +202,27 @@ def build_cache_key(
         **({"speed": [[s.name, sorted(s.configs.items())] for s in speed]} if speed else {}),
         # Only when given, so the keys of packages built without it stay as they were.
         **({"input_values": sorted(options.input_values.items())} if options.input_values else {}),
+        **({"quantize": options.quantize, "calibration": _calibration_digest(options.calibration)}
+           if options.quantize else {}),
     }
     modules = list(options.fake_modules) + ([example.source_module] if example.source_module else [])
     return cache_key(example.model, inputs, example.traced, libraries, modules, key_options,
                      target_cpu_flags(options.cpu_target))
+
+
+def _calibration_digest(calibration: Any) -> str:
+    """The calibration calls' structure and every tensor's dtype, shape and bytes."""
+    digest = hashlib.sha256()
+    leaves, structure = torch.utils._pytree.tree_flatten(calibration)
+    digest.update(repr(structure).encode())
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            tensor = leaf.detach().cpu().contiguous()
+            digest.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
+            digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+        else:
+            digest.update(repr(leaf).encode())
+    return digest.hexdigest()
 
 
 def cached_spec(output: Path, key: str) -> PackageSpec | None:

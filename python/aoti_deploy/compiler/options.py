@@ -57,6 +57,15 @@ class ExportOptions:
             exported, with Inductor's own defaults.
         tune_budget: seconds the tuner may spend; a candidate not started by then is
             not tried (the first always is).
+        quantize: None (fp32 as the model is), "int8" (static: weights and
+            activations int8, scales from the calibration calls; for convolutional
+            models) or "int8-dynamic" (int8 weights, activations quantized per call;
+            for linear-heavy models such as transformers). Through torchao's PT2E
+            flow (the quant extra); CPU .pt2 packages only. The package is checked
+            against the quantized model in eager, and records its drift from fp32.
+        calibration: the calls the int8 scales are observed on (needed by "int8";
+            "int8-dynamic" measures its drift on them): a list, each the model's
+            positional args (a tuple, or one tensor), or a dict of keyword args.
         force: rebuild even if the output holds a package built from the same inputs.
         references: a folder to write the example inputs, the package's outputs and
             eager's to (inputs.pt, expected.pt, eager.pt), for the runners' checks; the
@@ -78,6 +87,8 @@ class ExportOptions:
     inductor_configs: dict[str, Any] = field(default_factory=dict)
     optimize: bool | str = True
     tune_budget: float = 600.0
+    quantize: str | None = None
+    calibration: Any = None
     force: bool = False
     references: Path | None = None
 
@@ -97,6 +108,8 @@ class ExportOptions:
                              f"{self.target} on {self.device}")
         if not 0 < self.tune_budget < float("inf"):
             raise InputError(f"tune_budget must be a positive number of seconds; got {self.tune_budget!r}")
+        if self.quantize is not None:
+            self._validate_quantize()
         if self.inductor_configs:
             if self.target != "pt2":
                 raise InputError("inductor_configs apply to .pt2 packages; an ONNX file is not compiled by Inductor")
@@ -111,6 +124,26 @@ class ExportOptions:
                 )
             return
         self._validate_onnx(output, is_onnx_name)
+
+    def _validate_quantize(self) -> None:
+        from ..package.spec_fields import QUANTIZE_MODES
+        from .quantize import require_torchao
+
+        if self.quantize not in QUANTIZE_MODES:
+            raise InputError(f"unknown quantize mode {self.quantize!r}; expected one of {', '.join(QUANTIZE_MODES)}")
+        if self.target != "pt2" or self.device != "cpu":
+            raise InputError(f"quantize makes int8 .pt2 packages for the CPU, but this export's target is "
+                             f"{self.target} on {self.device}")
+        if self.calibration is not None and not isinstance(self.calibration, (list, tuple)):
+            raise InputError(
+                "calibration must be a list of calls, each the model's positional args (a tuple, or one tensor) "
+                f"or a dict of keyword args; got {type(self.calibration).__name__}. Wrap one batch as [batch]"
+            )
+        if self.quantize == "int8" and not self.calibration:
+            raise InputError("quantize='int8' sets its activation scales from calibration calls, and none were given: "
+                             "pass calibration=[args, ...] (a few typical batches; --calibration FILE on the command "
+                             "line), or use quantize='int8-dynamic'")
+        require_torchao()
 
     def _validate_onnx(self, output: Path, is_onnx_name: bool) -> None:
         from ..runtime.onnx_extra import require_onnx

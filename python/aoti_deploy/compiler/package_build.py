@@ -5,6 +5,7 @@ recorded needs those of the compiled code."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from ..ops.loader import libraries_for, namespaces_by_library
 from ..package.archive import rewrite_package_metadata
 from ..package.host import target_cpu_flags
 from ..package.spec import PackageSpec
+from ..verify.tolerance import CLOSE, Tolerance
 from .compile import compile_package
 from .export import (
     GraphCalls,
@@ -31,6 +33,7 @@ from .export import (
 )
 from .index_guards import compile_with_checks_outside_parallel, guard_indices
 from .optimize import optimize_program
+from .quantize import calibration_calls, check_int8_kernels, drift, quantize_module, quantized_counts
 from .options import ExportOptions
 from .stages import ExportRun
 from .staging import staging_path
@@ -49,6 +52,8 @@ class ExportedGraph:
     calls: GraphCalls
     graph_text: str
     guard_messages: Any
+    # An int8 export: the quantization record, its compiled kernels still to count.
+    quantization: dict[str, Any] | None = None
 
 
 def export_graph(
@@ -64,6 +69,10 @@ def export_graph(
         if program is None:
             with torch.no_grad():
                 program = export_model(example.model, traced, example.dynamic_dims, dynamic_shapes)
+        quantization = None
+        if options.quantize:
+            program, quantization = _quantize(run, program, traced, dynamic_shapes)
+            example = run.example
         # Refused before the compile, which takes seconds to minutes.
         check_tensor_outputs(program)
         constants = constant_inputs(program, traced)
@@ -102,7 +111,34 @@ def export_graph(
             eager_check=run.tolerance,
             constant_inputs=constants,
         )
-    return ExportedGraph(program, spec, calls, graph_text, guards.messages)
+    return ExportedGraph(program, spec, calls, graph_text, guards.messages, quantization)
+
+
+def _quantize(run: ExportRun, program: torch.export.ExportedProgram, traced: Any,
+              dynamic_shapes: Any) -> tuple[torch.export.ExportedProgram, dict[str, Any]]:
+    """The program quantized (quantize.py) and exported again; the run's eager
+    reference becomes the quantized model."""
+    example, options = run.example, run.options
+    calls = calibration_calls(options.calibration, example.call)
+    converted = quantize_module(program, options.quantize, calls or [example.call])
+    counts = quantized_counts(converted.graph)
+    if not counts["convolutions"] + counts["linears"]:
+        raise ExportError(
+            f"quantize={options.quantize!r}: torchao's X86InductorQuantizer found no convolution or linear to "
+            "quantize in this model, so an int8 package would be the fp32 one; export it without quantize"
+        )
+    record = {"mode": options.quantize, "calibration_calls": len(calls), **counts,
+              **drift(example.model, converted, calls or [example.call])}
+    run.example = replace(example, model=converted)
+    if options.tolerance is None:
+        # The int8 kernels round at other points than the quantized model in eager
+        # (oneDNN requantizes its int32 sums once), and a flipped rounding moves a
+        # value by a whole quantization step, on through the layers after it. The
+        # rule: no further from the quantized model than quantizing moved fp32.
+        run.tolerance = Tolerance(CLOSE, rtol=0.0, atol=record["max_abs"])
+    with torch.no_grad():
+        program = export_model(converted, traced, example.dynamic_dims, dynamic_shapes)
+    return program, record
 
 
 def compile_staged(
@@ -119,9 +155,16 @@ def compile_staged(
     with run.stage("compile", label):
         staging = staging_path(run.output)
         try:
-            package_path = compile_with_checks_outside_parallel(
-                lambda: compile_package(exported.program, staging, spec, options.cpu_target, inductor_configs),
-                exported.guard_messages)
+            with warnings.catch_warnings():
+                # Inductor's own int8 lowering copies a tensor with torch.tensor(); its warning is about
+                # Inductor's code, not the user's.
+                warnings.filterwarnings("ignore", "To copy construct from a tensor", UserWarning)
+                package_path = compile_with_checks_outside_parallel(
+                    lambda: compile_package(exported.program, staging, spec, options.cpu_target, inductor_configs),
+                    exported.guard_messages)
+            if exported.quantization is not None:
+                spec.quantization = check_int8_kernels(package_path, exported.quantization, inductor_configs)
+                rewrite_package_metadata(package_path, package_path, spec.to_metadata())
             _record_called_ops(package_path, spec, exported.calls, options)
         except BaseException:
             staging.unlink(missing_ok=True)

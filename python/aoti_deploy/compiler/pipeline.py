@@ -112,6 +112,8 @@ def export_and_compile(
         example_inputs=example.inputs, checks=[], op_libraries=libraries, tolerance=tolerance,
         model_name=example.name, reference_dir=options.references, timings=timings,
     )
+    if cached is not None and options.quantize and cached.eager_check != tolerance:
+        cached = None  # checking it again needs the quantized model: quantize and compile again
     if cached is not None and cached.eager_check == tolerance:
         return _reuse(cached, run, result)
     if cached is not None:
@@ -129,6 +131,7 @@ def export_and_compile(
             raise
     else:
         exported = export_graph(run, dynamic_shapes, program)
+        result.tolerance = run.tolerance  # an int8 export's rule comes from its drift
         result.calls, result.graph = exported.calls, exported.graph_text
         if options.optimize == TUNE:
             tune(run, exported, key, result)
@@ -157,7 +160,7 @@ def _compile_and_verify(run: ExportRun, exported: ExportedGraph, key: str, resul
         try:
             package_path = compile_staged(run, exported, compile_configs(settings, run.options), summary, label)
         except CompileError as error:
-            if not settings:
+            if not settings or run.options.quantize:  # an int8 compile needs freezing
                 raise
             result.dropped_settings.append((settings.pop(), f"the compile failed: {_first_line(error)}"))
             continue
@@ -166,7 +169,7 @@ def _compile_and_verify(run: ExportRun, exported: ExportedGraph, key: str, resul
                 _verify_and_put_in_place(run, package_path, key, result)
             finally:
                 package_path.unlink(missing_ok=True)
-        if result.written or not settings:
+        if result.written or not settings or run.options.quantize:
             result.speed_settings = [setting.name for setting in settings]
             return
         worst = next((f"{check}: {comparison}" for check, comparison in result.checks if not comparison.passed),

@@ -18,7 +18,6 @@ import logging
 import re
 import zipfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,6 @@ import torch
 from ..errors import CompileError, InputError
 from ..models.call import CallInputs
 from ..models.user import flatten_outputs
-from ..package.spec_fields import QUANTIZE_MODES, describe_quantization  # noqa: F401
 
 
 _CONVS = {"aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default", "aten.convolution.default"}
@@ -42,15 +40,6 @@ _FP32_HEAVY = re.compile(
     r"\baoti_torch_cpu_(?:mkldnn__convolution\w*|convolution|_linear_pointwise\w*|mkl_linear|addmm_out|mm_out"
     r"|bmm_out|baddbmm_out|_addmm_activation)\("
 )
-
-
-@dataclass
-class QuantizedGraph:
-    """The converted model (the eager reference), its counts, and the record the spec
-    carries. The program to compile is exported from ``module`` by the caller."""
-
-    module: torch.nn.Module
-    record: dict[str, Any]
 
 
 def require_torchao() -> None:
@@ -69,14 +58,16 @@ def require_torchao() -> None:
 def _quiet_import() -> Iterator[None]:
     """torchao prints a line for each of its CUDA-only extensions that cannot load on
     a CPU build of torch; they play no part here."""
-    logger = logging.getLogger("torchao")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def calibration_calls(calibration: Any, example: CallInputs) -> list[CallInputs]:
@@ -107,7 +98,8 @@ def calibration_calls(calibration: Any, example: CallInputs) -> list[CallInputs]
 
 def quantize_module(program: torch.export.ExportedProgram, mode: str, calls: list[CallInputs]) -> torch.nn.Module:
     """The exported ``program`` quantized by X86InductorQuantizer: observed on
-    ``calls`` and converted (the quantized eager reference)."""
+    ``calls`` (at least one: the weights' observers need a run, even for dynamic
+    quantization) and converted (the quantized eager reference)."""
     with _quiet_import():
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
         from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
@@ -116,8 +108,16 @@ def quantize_module(program: torch.export.ExportedProgram, mode: str, calls: lis
     quantizer.set_global(x86.get_default_x86_inductor_quantization_config(is_dynamic=mode == "int8-dynamic"))
     with torch.no_grad():
         prepared = prepare_pt2e(program.module(), quantizer)
-        for call in calls:
-            call.call(prepared)
+        for number, call in enumerate(calls):
+            try:
+                call.call(prepared)
+            except Exception as error:  # a shape the exported graph does not take
+                shapes = ", ".join(str(list(t.shape)) for t in call.tensors())
+                raise InputError(
+                    f"calibration[{number}] (shapes {shapes}) does not run through the exported model: "
+                    f"{str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__}. A "
+                    "calibration call must fit the package's shapes: the example's, but in its dynamic dims"
+                ) from None
         return convert_pt2e(prepared)
 
 
@@ -177,7 +177,7 @@ def check_int8_kernels(package_path: str | Path, record: dict[str, Any], configs
     """Refuse a package whose compiled code runs a quantized convolution or linear in
     fp32; return the record with what the compiled code runs."""
     found = compiled_int8_kernels(package_path)
-    convs, linears, fp32 = record["convolutions"], record["linears"], record["fp32_heavy"]
+    convs, fp32 = record["convolutions"], record["fp32_heavy"]
     problems = []
     if found["convolutions"] < convs:
         problems.append(f"{convs - found['convolutions']} of {convs} quantized convolution(s) compiled to fp32 "
@@ -186,8 +186,8 @@ def check_int8_kernels(package_path: str | Path, record: dict[str, Any], configs
         problems.append(f"the code calls {found['fp32_heavy']} fp32 convolution/GEMM kernel(s) where the quantized "
                         f"graph leaves {fp32} op(s) in fp32")
     if problems:
-        hint = ("Inductor lowers quantized ops to int8 kernels only with freezing on, and this compile had "
-                "freezing=False; remove that setting" if not configs.get("freezing") else
+        hint = ("Inductor lowers quantized ops to int8 kernels only with freezing on (the toolkit's default), "
+                "and this compile ran without it: drop freezing=False or --no-optimize" if not configs.get("freezing") else
                 "report the model: Inductor did not match these ops to its int8 patterns")
         raise CompileError(
             "the int8 package would silently run in fp32: " + "; ".join(problems) + f" ({found['convolutions']} "

@@ -4,6 +4,8 @@ with torch::pickle_load)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import re
 from collections.abc import Sequence
@@ -110,6 +112,23 @@ def read_tensors(path: str | Path) -> tuple[list[str] | None, list[torch.Tensor]
         keys = list(value)
         return keys, _known_dtypes(_tensors_by_name(value, keys, "tensor", path), path)
     return None, _known_dtypes(_tensor_list(value, path), path)
+
+
+def read_calibration(path: str | Path) -> list[Any]:
+    """The calibration calls in a tensor file: a list, each item one call's tensors: a
+    tensor (a one-input model), a list or tuple of tensors (the positional args) or a
+    dict of name -> tensor (keyword args), as torch.save([call, ...], FILE) writes them."""
+    path = Path(path)
+    value = _read_value(path)
+    if not isinstance(value, (list, tuple)) or not value:
+        raise InputError(f"calibration file {path}: expected a non-empty list of calls (torch.save([batch, ...], "
+                         f"FILE)), got {type(value).__name__}{' (empty)' if isinstance(value, (list, tuple)) else ''}")
+    for i, call in enumerate(value):
+        items = call.values() if isinstance(call, dict) else call if isinstance(call, (list, tuple)) else [call]
+        if not all(isinstance(item, torch.Tensor) for item in items):
+            raise InputError(f"calibration file {path}: call {i} is not a tensor, a list of tensors or a dict of "
+                             "name -> tensor")
+    return list(value)
 
 
 def _tensor_list(value: object, path: Path) -> list[torch.Tensor]:
