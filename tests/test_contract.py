@@ -367,6 +367,18 @@ def test_a_malformed_name_gets_the_same_message_in_both(cpp_verdicts):
         assert cpp_verdicts["spec"][vector["name"]]["message"] == str(error.value), vector["name"]
 
 
+def test_a_malformed_quantization_record_gets_the_vector_message_in_both(cpp_verdicts):
+    """The quantization record is checked by one rule on each side: a bad one gets the
+    message its vector gives, word for word, in both."""
+    cases = [v for v in _vectors("spec") if v["name"].startswith("quantization_") and "error" in v["expect"]]
+    assert len(cases) >= 7
+    for vector in cases:
+        with pytest.raises(SpecError) as error:
+            PackageSpec.from_metadata(_metadata(vector), "vector")
+        assert str(error.value) == vector["message"], vector["name"]
+        assert cpp_verdicts["spec"][vector["name"]]["message"] == vector["message"], vector["name"]
+
+
 def test_a_bad_value_gets_the_vector_line_in_both(cpp_verdicts):
     """An out-of-range index value is refused with one line, the same in both runtimes."""
     cases = [v for v in _vectors("validation") if "message" in v]

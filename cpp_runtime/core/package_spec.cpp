@@ -157,6 +157,41 @@ const json& member(const json& object, const std::string& key) {
   return it == object.end() ? null_value : *it;
 }
 
+// quantization (an int8 export): {"mode": "int8" or "int8-dynamic", the integers >= 0
+// below, "max_abs": a finite number >= 0, "top1_agreement": a number in 0..1 or null};
+// {} (or absent) for none. Checked in spec_fields.quantization_of's order, with its
+// words, and written back with these keys only, as Python does.
+const char* const kQuantizationCounts[] = {"calibration_calls", "convolutions",     "linears",
+                                           "fp32_heavy",        "int8_convolutions", "int8_linears"};
+
+json get_quantization(const json& value) {
+  if (!value.is_object()) {
+    throw malformed("quantization: expected an object, got " + type_name(value));
+  }
+  if (value.empty()) {
+    return json::object();
+  }
+  const auto mode = get_string(member(value, "mode"), "quantization.mode");
+  if (mode != "int8" && mode != "int8-dynamic") {
+    throw malformed("quantization.mode: expected one of int8, int8-dynamic, got " + brief_json(mode));
+  }
+  json record = {{"mode", mode}};
+  for (const char* key : kQuantizationCounts) {
+    record[key] = get_int(member(value, key), std::string("quantization.").append(key));
+  }
+  const auto& max_abs = member(value, "max_abs");
+  if (!max_abs.is_number() || !std::isfinite(max_abs.get<double>()) || max_abs.get<double>() < 0) {
+    throw malformed("quantization.max_abs: expected a finite number >= 0, got " + brief_json(max_abs));
+  }
+  const auto& top1 = member(value, "top1_agreement");
+  if (!top1.is_null() && (!top1.is_number() || !(top1.get<double>() >= 0 && top1.get<double>() <= 1))) {
+    throw malformed("quantization.top1_agreement: expected a number in 0..1 or null, got " + brief_json(top1));
+  }
+  record["max_abs"] = max_abs;
+  record["top1_agreement"] = top1;
+  return record;
+}
+
 Tolerance get_tolerance(const json& value, const std::string& where) {
   if (!value.is_object()) {
     throw malformed(where + ": expected an object, got " + type_name(value));
@@ -582,6 +617,7 @@ PackageSpec parse_spec_document(const json& document) {
   spec.inductor_configs = get_inductor_configs(get("inductor_configs", json::object()));
   spec.tuning = get_tuning(get("tuning", json::array()));
   spec.constant_inputs = get_constant_inputs(get("constant_inputs", json::array()));
+  spec.quantization = get_quantization(get("quantization", json::object()));
   return spec;
 }
 
@@ -657,6 +693,9 @@ json spec_to_document(const PackageSpec& spec) {
   }
   if (!spec.tuning.empty()) {  // written only when given, as in Python
     document["tuning"] = spec.tuning;
+  }
+  if (!spec.quantization.empty()) {  // written only when given, as in Python
+    document["quantization"] = spec.quantization;
   }
   if (!spec.constant_inputs.empty()) {
     document["constant_inputs"] = spec.constant_inputs;
