@@ -492,3 +492,20 @@ def test_a_package_from_before_the_spec_document_still_runs_in_both(compiled_pac
     assert cpp_code == 0 and "PASSED" in cpp_out, cpp_out
     inspect = subprocess.run([build.runner, package, "--inspect"], capture_output=True, text=True)
     assert "spec: schema 1 (legacy entries)" in inspect.stdout, inspect.stdout
+
+
+def test_inspect_shows_the_tuning_rows_as_python_describes_them(compiled_package, build, tmp_path):
+    """aoti_runner --inspect prints PackageSpec.describe()'s rows, in its order and
+    words, the tuning rows included (812.5 µs rounds to even, as Python's :.0f does)."""
+    from conftest import edit_spec
+
+    from aoti_deploy.package.archive import read_package_spec
+
+    tuning = next(v for v in _vectors("spec") if v["name"] == "tuning_recorded")["metadata"]["aoti_deploy.spec"]["tuning"]
+    package = edit_spec(compiled_package.path, tmp_path / "tuned.pt2", tuning=tuning)
+    rows = read_package_spec(package).describe()
+    assert rows[-2:] == [("tuning: toolkit defaults (freezing)", "p50 812 µs; verified; chosen, the fastest"),
+                         ("tuning: Inductor's defaults", "not timed; not tried")]
+    cpp = subprocess.run([build.runner, package, "--inspect"], capture_output=True, encoding="utf-8", timeout=120)
+    assert cpp.returncode == 0, cpp.stderr
+    assert cpp.stdout.splitlines() == [f"package: {package}"] + [f"{key}: {value}" for key, value in rows]

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <sstream>
 
@@ -81,8 +82,8 @@ bool is_int64(const json& value) {
 
 // tuning (an export with optimize="tune"): an array of {"name": string,
 // "inductor_configs": object, "p50_us": a number >= 0 or null, "result": string}.
-// The runners ignore its rows, but refuse a malformed one and write the rest back
-// with these four keys, as Python does.
+// The runners ignore its rows (--inspect shows them), but refuse a malformed one and
+// write the rest back with these four keys, as Python does.
 json get_tuning(const json& value);
 
 // inductor_configs: an object of non-empty keys whose values are booleans, 64-bit
@@ -936,6 +937,17 @@ std::vector<std::pair<std::string, std::string>> describe_package(const PackageS
       settings.push_back(key + "=" + text);
     }
     rows.emplace_back("inductor configs", join(settings, ", "));
+  }
+  for (const auto& row : spec.tuning) {
+    // Python's ":.0f", which rounds as printf does (to nearest, ties to even).
+    std::string timed("not timed");
+    if (const auto& p50 = row.at("p50_us"); !p50.is_null()) {
+      char buffer[400];  // a double below 1.8e308 has at most 309 digits before the point
+      std::snprintf(buffer, sizeof buffer, "p50 %.0f \u00b5s", p50.get<double>());
+      timed = buffer;
+    }
+    rows.emplace_back(std::string("tuning: ").append(row.at("name").get<std::string>()),
+                      timed.append("; ").append(row.at("result").get<std::string>()));
   }
   return rows;
 }
