@@ -193,6 +193,43 @@ json get_quantization(const json& value) {
   return record;
 }
 
+// The record in one line, for --inspect: spec_fields.describe_quantization's words,
+// its numbers formatted as Python's ":.3g" and ":.1f" format them.
+std::string describe_quantization(const json& record) {
+  const auto count = [&](const char* key) { return record.at(key).get<int64_t>(); };
+  const auto text = [](const char* format, double number) {
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, format, number);
+    return std::string(buffer);
+  };
+  const auto mode = record.at("mode").get<std::string>();
+  std::string out(mode);
+  out.append(" (")
+      .append(mode == "int8-dynamic" ? "dynamic" : "static")
+      .append(", ")
+      .append(std::to_string(count("calibration_calls")))
+      .append(" calibration call(s)): ")
+      .append(std::to_string(count("int8_convolutions")))
+      .append(" of ")
+      .append(std::to_string(count("convolutions")))
+      .append(" quantized convolution(s) and ")
+      .append(std::to_string(count("int8_linears")))
+      .append(" of ")
+      .append(std::to_string(count("linears")))
+      .append(" linear(s) run oneDNN int8 kernels");
+  // Both counts are >= 0, so the difference fits an int64.
+  if (const auto small = count("linears") - count("int8_linears"); small > 0) {
+    out.append(" (")
+        .append(std::to_string(small))
+        .append(" small linear(s) in Inductor's own kernels, from the int8 weights)");
+  }
+  out.append("; against the fp32 model: max abs ").append(text("%.3g", record.at("max_abs").get<double>()));
+  if (const auto& top1 = record.at("top1_agreement"); !top1.is_null()) {
+    out.append(", top-1 agreement ").append(text("%.1f", 100 * top1.get<double>())).append(" %");
+  }
+  return out;
+}
+
 Tolerance get_tolerance(const json& value, const std::string& where) {
   if (!value.is_object()) {
     throw malformed(where + ": expected an object, got " + type_name(value));
@@ -948,6 +985,9 @@ std::vector<std::pair<std::string, std::string>> describe_package(const PackageS
     }
     rows.emplace_back(std::string("tuning: ").append(row.at("name").get<std::string>()),
                       timed.append("; ").append(row.at("result").get<std::string>()));
+  }
+  if (!spec.quantization.empty()) {
+    rows.emplace_back("quantization", describe_quantization(spec.quantization));
   }
   return rows;
 }

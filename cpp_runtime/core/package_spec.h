@@ -126,7 +126,7 @@ struct PackageSpec {
   nlohmann::json tuning = nlohmann::json::array();
   // An int8 export: {"mode", the counts "calibration_calls", "convolutions", "linears",
   // "fp32_heavy", "int8_convolutions", "int8_linears", "max_abs", "top1_agreement"};
-  // {} when none. Kept for the document, not used by the runners.
+  // {} when none. Shown by --inspect, not used by the runners.
   nlohmann::json quantization = nlohmann::json::object();
   int schema_version = kSchemaVersion;  // the version the spec was read from
   std::map<std::string, std::string> aoti;  // AOTI's own metadata entries (ISA, machine, ...)
