@@ -367,6 +367,18 @@ def test_a_malformed_name_gets_the_same_message_in_both(cpp_verdicts):
         assert cpp_verdicts["spec"][vector["name"]]["message"] == str(error.value), vector["name"]
 
 
+def test_a_malformed_quantization_record_gets_the_vector_message_in_both(cpp_verdicts):
+    """The quantization record is checked by one rule on each side: a bad one gets the
+    message its vector gives, word for word, in both."""
+    cases = [v for v in _vectors("spec") if v["name"].startswith("quantization_") and "error" in v["expect"]]
+    assert len(cases) >= 7
+    for vector in cases:
+        with pytest.raises(SpecError) as error:
+            PackageSpec.from_metadata(_metadata(vector), "vector")
+        assert str(error.value) == vector["message"], vector["name"]
+        assert cpp_verdicts["spec"][vector["name"]]["message"] == vector["message"], vector["name"]
+
+
 def test_a_bad_value_gets_the_vector_line_in_both(cpp_verdicts):
     """An out-of-range index value is refused with one line, the same in both runtimes."""
     cases = [v for v in _vectors("validation") if "message" in v]
@@ -480,3 +492,35 @@ def test_a_package_from_before_the_spec_document_still_runs_in_both(compiled_pac
     assert cpp_code == 0 and "PASSED" in cpp_out, cpp_out
     inspect = subprocess.run([build.runner, package, "--inspect"], capture_output=True, text=True)
     assert "spec: schema 1 (legacy entries)" in inspect.stdout, inspect.stdout
+
+
+def test_inspect_shows_the_tuning_and_quantization_rows_as_python_describes_them(compiled_package, build, tmp_path):
+    """aoti_runner --inspect prints PackageSpec.describe()'s rows, in its order and
+    words: the tuning rows, then the quantization row (numbers as Python formats them:
+    812.5 µs rounds to even, max_abs keeps 3 significant digits, top-1 one decimal)."""
+    from conftest import edit_spec
+
+    from aoti_deploy.package.archive import read_package_spec
+
+    vectors = {v["name"]: v["metadata"].get("aoti_deploy.spec") for v in _vectors("spec")}
+    tuning = [("tuning: toolkit defaults (freezing)", "p50 812 µs; verified; chosen, the fastest"),
+              ("tuning: Inductor's defaults", "not timed; not tried")]
+    shown = {
+        "quantization_int8_recorded":
+            "int8 (static, 8 calibration call(s)): 20 of 20 quantized convolution(s) and 1 of 2 linear(s) run oneDNN "
+            "int8 kernels (1 small linear(s) in Inductor's own kernels, from the int8 weights); against the fp32 "
+            "model: max abs 0.0123, top-1 agreement 87.5 %",
+        "quantization_int8_dynamic_recorded":
+            "int8-dynamic (dynamic, 0 calibration call(s)): 0 of 0 quantized convolution(s) and 3 of 3 linear(s) run "
+            "oneDNN int8 kernels; against the fp32 model: max abs 2",
+        None: None,  # tuned, not quantized
+    }
+    for name, row in shown.items():
+        package = edit_spec(compiled_package.path, tmp_path / f"{name or 'tuned'}.pt2",
+                            tuning=vectors["tuning_recorded"]["tuning"], quantization=name and vectors[name]["quantization"])
+        rows = read_package_spec(package).describe()
+        expected = tuning + ([("quantization", row)] if row else [])
+        assert rows[-len(expected):] == expected, rows
+        cpp = subprocess.run([build.runner, package, "--inspect"], capture_output=True, encoding="utf-8", timeout=120)
+        assert cpp.returncode == 0, cpp.stderr
+        assert cpp.stdout.splitlines() == [f"package: {package}"] + [f"{key}: {value}" for key, value in rows]

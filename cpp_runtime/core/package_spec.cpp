@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <sstream>
 
@@ -81,8 +82,8 @@ bool is_int64(const json& value) {
 
 // tuning (an export with optimize="tune"): an array of {"name": string,
 // "inductor_configs": object, "p50_us": a number >= 0 or null, "result": string}.
-// The runners ignore its rows, but refuse a malformed one and write the rest back
-// with these four keys, as Python does.
+// The runners ignore its rows (--inspect shows them), but refuse a malformed one and
+// write the rest back with these four keys, as Python does.
 json get_tuning(const json& value);
 
 // inductor_configs: an object of non-empty keys whose values are booleans, 64-bit
@@ -155,6 +156,78 @@ const json& member(const json& object, const std::string& key) {
   static const json null_value;
   const auto it = object.find(key);
   return it == object.end() ? null_value : *it;
+}
+
+// quantization (an int8 export): {"mode": "int8" or "int8-dynamic", the integers >= 0
+// below, "max_abs": a finite number >= 0, "top1_agreement": a number in 0..1 or null};
+// {} (or absent) for none. Checked in spec_fields.quantization_of's order, with its
+// words, and written back with these keys only, as Python does.
+const char* const kQuantizationCounts[] = {"calibration_calls", "convolutions",     "linears",
+                                           "fp32_heavy",        "int8_convolutions", "int8_linears"};
+
+json get_quantization(const json& value) {
+  if (!value.is_object()) {
+    throw malformed("quantization: expected an object, got " + type_name(value));
+  }
+  if (value.empty()) {
+    return json::object();
+  }
+  const auto mode = get_string(member(value, "mode"), "quantization.mode");
+  if (mode != "int8" && mode != "int8-dynamic") {
+    throw malformed("quantization.mode: expected one of int8, int8-dynamic, got " + brief_json(mode));
+  }
+  json record = {{"mode", mode}};
+  for (const char* key : kQuantizationCounts) {
+    record[key] = get_int(member(value, key), std::string("quantization.").append(key));
+  }
+  const auto& max_abs = member(value, "max_abs");
+  if (!max_abs.is_number() || !std::isfinite(max_abs.get<double>()) || max_abs.get<double>() < 0) {
+    throw malformed("quantization.max_abs: expected a finite number >= 0, got " + brief_json(max_abs));
+  }
+  const auto& top1 = member(value, "top1_agreement");
+  if (!top1.is_null() && (!top1.is_number() || !(top1.get<double>() >= 0 && top1.get<double>() <= 1))) {
+    throw malformed("quantization.top1_agreement: expected a number in 0..1 or null, got " + brief_json(top1));
+  }
+  record["max_abs"] = max_abs;
+  record["top1_agreement"] = top1;
+  return record;
+}
+
+// The record in one line, for --inspect: spec_fields.describe_quantization's words,
+// its numbers formatted as Python's ":.3g" and ":.1f" format them.
+std::string describe_quantization(const json& record) {
+  const auto count = [&](const char* key) { return record.at(key).get<int64_t>(); };
+  const auto text = [](const char* format, double number) {
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, format, number);
+    return std::string(buffer);
+  };
+  const auto mode = record.at("mode").get<std::string>();
+  std::string out(mode);
+  out.append(" (")
+      .append(mode == "int8-dynamic" ? "dynamic" : "static")
+      .append(", ")
+      .append(std::to_string(count("calibration_calls")))
+      .append(" calibration call(s)): ")
+      .append(std::to_string(count("int8_convolutions")))
+      .append(" of ")
+      .append(std::to_string(count("convolutions")))
+      .append(" quantized convolution(s) and ")
+      .append(std::to_string(count("int8_linears")))
+      .append(" of ")
+      .append(std::to_string(count("linears")))
+      .append(" linear(s) run oneDNN int8 kernels");
+  // Both counts are >= 0, so the difference fits an int64.
+  if (const auto small = count("linears") - count("int8_linears"); small > 0) {
+    out.append(" (")
+        .append(std::to_string(small))
+        .append(" small linear(s) in Inductor's own kernels, from the int8 weights)");
+  }
+  out.append("; against the fp32 model: max abs ").append(text("%.3g", record.at("max_abs").get<double>()));
+  if (const auto& top1 = record.at("top1_agreement"); !top1.is_null()) {
+    out.append(", top-1 agreement ").append(text("%.1f", 100 * top1.get<double>())).append(" %");
+  }
+  return out;
 }
 
 Tolerance get_tolerance(const json& value, const std::string& where) {
@@ -582,6 +655,7 @@ PackageSpec parse_spec_document(const json& document) {
   spec.inductor_configs = get_inductor_configs(get("inductor_configs", json::object()));
   spec.tuning = get_tuning(get("tuning", json::array()));
   spec.constant_inputs = get_constant_inputs(get("constant_inputs", json::array()));
+  spec.quantization = get_quantization(get("quantization", json::object()));
   return spec;
 }
 
@@ -657,6 +731,9 @@ json spec_to_document(const PackageSpec& spec) {
   }
   if (!spec.tuning.empty()) {  // written only when given, as in Python
     document["tuning"] = spec.tuning;
+  }
+  if (!spec.quantization.empty()) {  // written only when given, as in Python
+    document["quantization"] = spec.quantization;
   }
   if (!spec.constant_inputs.empty()) {
     document["constant_inputs"] = spec.constant_inputs;
@@ -897,6 +974,20 @@ std::vector<std::pair<std::string, std::string>> describe_package(const PackageS
       settings.push_back(key + "=" + text);
     }
     rows.emplace_back("inductor configs", join(settings, ", "));
+  }
+  for (const auto& row : spec.tuning) {
+    // Python's ":.0f", which rounds as printf does (to nearest, ties to even).
+    std::string timed("not timed");
+    if (const auto& p50 = row.at("p50_us"); !p50.is_null()) {
+      char buffer[400];  // a double below 1.8e308 has at most 309 digits before the point
+      std::snprintf(buffer, sizeof buffer, "p50 %.0f \u00b5s", p50.get<double>());
+      timed = buffer;
+    }
+    rows.emplace_back(std::string("tuning: ").append(row.at("name").get<std::string>()),
+                      timed.append("; ").append(row.at("result").get<std::string>()));
+  }
+  if (!spec.quantization.empty()) {
+    rows.emplace_back("quantization", describe_quantization(spec.quantization));
   }
   return rows;
 }

@@ -122,8 +122,12 @@ struct PackageSpec {
   // Only the Python runtime checks them; kept here so both readers round-trip alike.
   nlohmann::json constant_inputs = nlohmann::json::array();
   // An export with optimize="tune": each candidate's {"name", "inductor_configs",
-  // "p50_us", "result"}; kept for the document, not used by the runners.
+  // "p50_us", "result"}; shown by --inspect, not used by the runners.
   nlohmann::json tuning = nlohmann::json::array();
+  // An int8 export: {"mode", the counts "calibration_calls", "convolutions", "linears",
+  // "fp32_heavy", "int8_convolutions", "int8_linears", "max_abs", "top1_agreement"};
+  // {} when none. Shown by --inspect, not used by the runners.
+  nlohmann::json quantization = nlohmann::json::object();
   int schema_version = kSchemaVersion;  // the version the spec was read from
   std::map<std::string, std::string> aoti;  // AOTI's own metadata entries (ISA, machine, ...)
 };
