@@ -106,6 +106,16 @@ def resnet50(batch: int = 1, image: int = 224, seed: int = 0) -> tuple[nn.Module
     return _vision(lambda: ResNetForImageClassification(ResNetConfig(num_labels=1000)), batch, image, seed)
 
 
+def resnet18_classifier(batch: int = 1, image: int = 224, seed: int = 0) -> tuple[nn.Module, dict[str, torch.Tensor]]:
+    """ResNetForImageClassification with ResNet-18's stages (basic blocks 2-2-2-2), for
+    the int8 comparison (scripts/bench_int8.py): 1000-class logits."""
+    from transformers import ResNetConfig, ResNetForImageClassification
+
+    config = ResNetConfig(embedding_size=64, hidden_sizes=[64, 128, 256, 512], depths=[2, 2, 2, 2],
+                          layer_type="basic", num_labels=1000)
+    return _vision(lambda: ResNetForImageClassification(config), batch, image, seed)
+
+
 def efficientnet_b0(batch: int = 1, image: int = 224, seed: int = 0) -> tuple[nn.Module, dict[str, torch.Tensor]]:
     """EfficientNetForImageClassification at B0's width, depth and head (1280)."""
     from transformers import EfficientNetConfig, EfficientNetForImageClassification

@@ -10,7 +10,7 @@ Prints a table of p50s with ratios against the fp32 package and ORT fp32, top-1
 agreement with fp32 eager on held-out random batches for each int8 path, and the
 host's CPU and int8 features (VNNI, AMX), on which the numbers depend.
 
-    .venv/bin/python scripts/bench_int8.py [--model resnet18] [--threads 2] [--iterations 200]
+    .venv/bin/python scripts/bench_int8.py [--model resnet18_classifier] [--threads 2] [--iterations 200]
 
 Needs the quant, onnx and hf extras.
 """
@@ -71,7 +71,8 @@ def ort_p50(session, feed: dict, iterations: int) -> float:  # noqa: ANN001
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="resnet18", help="a factory of examples/bench_models.py")
+    parser.add_argument("--model", default="resnet18_classifier",
+                        help="a factory of examples/bench_models.py whose model returns logits")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--iterations", type=int, default=200)
     parser.add_argument("--calibration", type=int, default=8, help="calibration batches")
