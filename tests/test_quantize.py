@@ -80,8 +80,8 @@ def test_int8_runs_oneDNN_int8_kernels_and_records_it(digits_int8: ad.Package) -
     assert (record["int8_convolutions"], record["int8_linears"]) == (2, 1)
     assert record["mode"] == "int8" and record["calibration_calls"] == 8
     assert 0 < record["max_abs"] < 1 and record["top1_agreement"] >= 0.95
-    # The rule against the quantized model in eager is the drift, recorded.
-    assert digits_int8.spec.eager_check.atol == record["max_abs"]
+    # The rule against the quantized model in eager is twice the drift, recorded.
+    assert digits_int8.spec.eager_check.atol == 2 * record["max_abs"]
 
 
 def test_cpp_gives_the_python_runtime_bits(digits_int8: ad.Package, build: Build, tmp_path: Path) -> None:
@@ -177,3 +177,37 @@ def test_torchao_is_quiet_on_import() -> None:
     code = "from aoti_deploy.compiler.quantize import require_torchao; require_torchao()"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "Failed to load" not in done.stderr + done.stdout, done.stderr
+
+
+# bf16 (precision="bf16", compiler/precision.py): needs a host that computes bfloat16 natively.
+from aoti_deploy.compiler.precision import BF16_FLAGS, bf16_flag  # noqa: E402
+from aoti_deploy.package.host import host_cpu_flags  # noqa: E402
+
+needs_bf16 = pytest.mark.skipif(not set(BF16_FLAGS) & host_cpu_flags(),
+                                reason="this host has neither AVX512-BF16 nor AMX-BF16")
+
+
+@needs_bf16
+def test_bf16_keeps_accuracy_agrees_across_runtimes_and_requires_the_flag(build: Build, tmp_path: Path) -> None:
+    model, args = digits_cnn()
+    package = ad.export(model, args, precision="bf16", package_path=tmp_path / "bf16.pt2")
+    _, (x_test, y_test) = digits()
+    with torch.no_grad():
+        fp32 = (model(x_test).argmax(1) == y_test).float().mean().item()
+    bf16 = torch.cat([package(chunk) for chunk in x_test.split(60)])
+    assert bf16.dtype == torch.float32  # inputs and outputs stay as the fp32 model's
+    assert (bf16.argmax(1) == y_test).float().mean().item() >= fp32 - 0.01
+    # The compute really is bf16: the outputs are not fp32 eager's.
+    assert not compare_bits(bf16[:60], model(x_test[:60]).detach()).identical
+    assert set(package.spec.cpu_flags) & set(BF16_FLAGS)
+    assert "bf16 (weights and compute" in package.spec.optimizations
+    python, cpp = both_runtimes(build, package.path, [x_test[:60]], tmp_path)
+    assert compare_bits(cpp[0], python[0]).identical
+
+
+def test_bf16_is_refused_on_a_host_without_it() -> None:
+    with pytest.raises(InputError, match="AVX512-BF16 or AMX-BF16"):
+        bf16_flag({"avx2", "avx512f"})
+    assert bf16_flag({"avx512f", "amx_bf16"}) == "amx_bf16"
+    with pytest.raises(InputError, match="do not combine"):
+        ad.export(torch.nn.Linear(2, 2), (torch.randn(1, 2),), precision="bf16", quantize="int8-dynamic")

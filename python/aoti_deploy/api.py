@@ -20,6 +20,7 @@ from torch import nn
 
 from .bench.package_bench import BenchmarkResult, BenchRow
 from .compiler.options import ONNX_MODES, TARGETS, ExportOptions
+from .compiler.precision import PRECISIONS
 from .package.spec_fields import QUANTIZE_MODES
 from .compiler.result import ONNX_STAGES, STAGES, BuildResult
 from .errors import InputError, PackageError, VerificationError
@@ -33,7 +34,7 @@ from .serve.kubernetes import KubernetesSettings
 
 __all__ = [
     "BenchRow", "BenchmarkResult", "BuildResult", "Dim", "ExportOptions", "FactorySource", "IdentitySource",
-    "ONNX_MODES", "ONNX_STAGES", "OutputCheck", "Package", "QUANTIZE_MODES", "Report", "STAGES", "TARGETS", "TritonDeployment",
+    "ONNX_MODES", "ONNX_STAGES", "OutputCheck", "Package", "PRECISIONS", "QUANTIZE_MODES", "Report", "STAGES", "TARGETS", "TritonDeployment",
     "Serving", "deploy_to_triton", "export", "load", "serve_repository",
 ]
 

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..api import ONNX_MODES, ONNX_STAGES, QUANTIZE_MODES, STAGES, TARGETS, BuildResult, ExportOptions, FactorySource, IdentitySource, Package, export
+from ..api import ONNX_MODES, ONNX_STAGES, PRECISIONS, QUANTIZE_MODES, STAGES, TARGETS, BuildResult, ExportOptions, FactorySource, IdentitySource, Package, export
 from ..errors import EXIT_MISMATCH, AotiDeployError, VerificationError
 from ..models.example import DEFAULT_RANGES
 from ..models.identity import MODEL_VARIANTS
@@ -44,6 +44,7 @@ CpuTargetName = _choices("CpuTargetName", CPU_TARGET_NAMES)
 Variant = _choices("Variant", MODEL_VARIANTS)
 Device = _choices("Device", ("cpu", "cuda"))
 QuantizeMode = _choices("QuantizeMode", QUANTIZE_MODES)
+Precision = _choices("Precision", PRECISIONS)
 Format = _choices("Format", TARGETS)
 OnnxMode = _choices("OnnxMode", ONNX_MODES)
 
@@ -245,6 +246,11 @@ def export_compile(
         "refused if any quantized convolution or linear would run in fp32.", case_sensitive=False,
         show_default=False,
     )] = None,
+    precision: Annotated[Precision, typer.Option(
+        help="bf16: the model's weights and compute in bfloat16, its inputs and outputs float32 as before; "
+        "only on a host with AVX512-BF16 or AMX-BF16, which the package then requires. Checked against the bf16 "
+        "model in eager; the package records its drift from fp32.", case_sensitive=False,
+    )] = "fp32",  # type: ignore[assignment]
     calibration: Annotated[Optional[Path], typer.Option(
         help="A tensor file of calibration calls for --quantize: torch.save([batch, ...], FILE), each item the "
         "model's input tensor, a list of its tensors, or a dict of name -> tensor. A few typical batches.",
@@ -335,7 +341,7 @@ def export_compile(
             input_values=dict(getattr(source, "input_values", {})), allow_python_ops=allow_python_ops,
             inductor_configs=parse_inductor_configs(inductor_config or []),
             optimize="tune" if tune else optimize, tune_budget=tune_budget, force=force, references=save_reference,
-            quantize=quantize.value if quantize else None,
+            quantize=quantize.value if quantize else None, precision=getattr(precision, "value", precision),
             calibration=None if calibration is None else read_calibration(calibration),
         )
     except Exception as error:  # a bad --model-arg, --input-shape or --dynamic-dim
@@ -492,6 +498,8 @@ FLAGS = {
     "or use quantize='int8-dynamic'": "or use --quantize int8-dynamic",
     "quantize='int8' sets": "--quantize int8 sets",
     "quantize makes": "--quantize makes",
+    "precision='bf16'": "--precision bf16",
+    "or with quantize='int8'": "or with --quantize int8",
 }
 
 

@@ -202,6 +202,7 @@ def build_cache_key(
         **({"speed": [[s.name, sorted(s.configs.items())] for s in speed]} if speed else {}),
         # Only when given, so the keys of packages built without it stay as they were.
         **({"input_values": sorted(options.input_values.items())} if options.input_values else {}),
+        **({"precision": options.precision} if options.precision != "fp32" else {}),
         **({"quantize": options.quantize, "calibration": _calibration_digest(options.calibration)}
            if options.quantize else {}),
     }

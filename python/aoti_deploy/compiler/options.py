@@ -63,6 +63,10 @@ class ExportOptions:
             for linear-heavy models such as transformers). Through torchao's PT2E
             flow (the quant extra); CPU .pt2 packages only. The package is checked
             against the quantized model in eager, and records its drift from fp32.
+        precision: "fp32", or "bf16": the model's weights and compute in bfloat16,
+            its inputs and outputs in float32 as before (compiler/precision.py);
+            only on a host with AVX512-BF16 or AMX-BF16, which the package then
+            requires. Checked against the bf16 model in eager; records its drift.
         calibration: the calls the int8 scales are observed on (needed by "int8";
             "int8-dynamic" measures its drift on them): a list, each the model's
             positional args (a tuple, or one tensor), or a dict of keyword args.
@@ -88,6 +92,7 @@ class ExportOptions:
     optimize: bool | str = True
     tune_budget: float = 600.0
     quantize: str | None = None
+    precision: str = "fp32"
     calibration: Any = None
     force: bool = False
     references: Path | None = None
@@ -110,6 +115,8 @@ class ExportOptions:
             raise InputError(f"tune_budget must be a positive number of seconds; got {self.tune_budget!r}")
         if self.quantize is not None:
             self._validate_quantize()
+        if self.precision != "fp32":
+            self._validate_precision()
         if self.inductor_configs:
             if self.target != "pt2":
                 raise InputError("inductor_configs apply to .pt2 packages; an ONNX file is not compiled by Inductor")
@@ -144,6 +151,19 @@ class ExportOptions:
                              "pass calibration=[args, ...] (a few typical batches; --calibration FILE on the command "
                              "line), or use quantize='int8-dynamic'")
         require_torchao()
+
+    def _validate_precision(self) -> None:
+        from .precision import PRECISIONS, bf16_flag
+
+        if self.precision not in PRECISIONS:
+            raise InputError(f"unknown precision {self.precision!r}; expected one of {', '.join(PRECISIONS)}")
+        if self.target != "pt2" or self.device != "cpu":
+            raise InputError(f"precision='bf16' makes .pt2 packages for the CPU, but this export's target is "
+                             f"{self.target} on {self.device}")
+        if self.quantize is not None:
+            raise InputError(f"precision='bf16' and quantize={self.quantize!r} do not combine: an int8 package "
+                             "computes in int8; pick one")
+        bf16_flag()
 
     def _validate_onnx(self, output: Path, is_onnx_name: bool) -> None:
         from ..runtime.onnx_extra import require_onnx

@@ -33,6 +33,7 @@ from .export import (
 )
 from .index_guards import compile_with_checks_outside_parallel, guard_indices
 from .optimize import optimize_program
+from .precision import BF16_FLAGS, BF16Model, bf16_flag
 from .quantize import calibration_calls, check_int8_kernels, drift, quantize_module, quantized_counts
 from .options import ExportOptions
 from .stages import ExportRun
@@ -66,6 +67,10 @@ def export_graph(
     with stage("export"):
         # Packages are for inference: tracing without autograd keeps the graph free of
         # training-only state (and lets out= ops, which refuse autograd, export).
+        precision_note = ""
+        if options.precision == "bf16" and program is None:
+            precision_note = _to_bf16(run)
+            example = run.example
         if program is None:
             with torch.no_grad():
                 program = export_model(example.model, traced, example.dynamic_dims, dynamic_shapes)
@@ -102,16 +107,50 @@ def export_graph(
             op_library_namespaces=namespaces_by_library(native),
             is_identity=bool(getattr(example.model, "is_identity", False)),
             example_shapes=[tuple(x.shape) for x in traced.tensors()],
-            cpu_flags=target_cpu_flags(options.cpu_target),
+            cpu_flags=_cpu_flags(options),
             cpu_target=options.cpu_target,
             python_only_ops=sorted(python_ops),
             fake_modules=list(options.fake_modules) + _defining_modules(python_ops, example.source_module),
-            optimizations=f"{optimization}; {guards.summary()}",
+            optimizations=f"{optimization}; {guards.summary()}{precision_note}",
             shared_dims=shared_dims(program),
             eager_check=run.tolerance,
             constant_inputs=constants,
         )
     return ExportedGraph(program, spec, calls, graph_text, guards.messages, quantization)
+
+
+def _to_bf16(run: ExportRun) -> str:
+    """The run's model becomes its bf16 copy (precision.py), the eager reference too;
+    returns the note for the optimizations record, with the drift from fp32."""
+    example, options = run.example, run.options
+    converted = BF16Model(example.model).eval()
+    moved = drift(example.model, converted, [example.call])
+    run.example = replace(example, model=converted)
+    if options.tolerance is None:
+        run.tolerance = drift_rule(moved["max_abs"])
+    top1 = "" if moved["top1_agreement"] is None else f", top-1 agreement {100 * moved['top1_agreement']:.1f} %"
+    return f"; bf16 (weights and compute; inputs and outputs float32): against the fp32 model max abs " \
+           f"{moved['max_abs']:.3g}{top1}"
+
+
+def drift_rule(moved: float) -> Tolerance:
+    """The rule of a low-precision package against its model in eager: atol twice the
+    largest distance lowering the precision moved the fp32 model's outputs, rtol 0.
+    The compiled kernels round at other points than eager does (oneDNN requantizes
+    its int32 sums once; its bf16 convolutions block their sums otherwise), and a
+    flipped rounding moves a value by a whole step of the low precision, on through
+    the layers after it. Two computations of one low-precision model that are each
+    within that distance of fp32 are within twice it of each other."""
+    return Tolerance(CLOSE, rtol=0.0, atol=2 * moved)
+
+
+def _cpu_flags(options: ExportOptions) -> list[str]:
+    """The flags a host needs: the target's, and for a bf16 package the flag that makes
+    bfloat16 native."""
+    flags = target_cpu_flags(options.cpu_target)
+    if options.precision == "bf16" and not set(flags) & set(BF16_FLAGS):
+        flags = sorted([*flags, bf16_flag()])
+    return flags
 
 
 def _quantize(run: ExportRun, program: torch.export.ExportedProgram, traced: Any,
@@ -131,11 +170,7 @@ def _quantize(run: ExportRun, program: torch.export.ExportedProgram, traced: Any
               **drift(example.model, converted, calls or [example.call])}
     run.example = replace(example, model=converted)
     if options.tolerance is None:
-        # The int8 kernels round at other points than the quantized model in eager
-        # (oneDNN requantizes its int32 sums once), and a flipped rounding moves a
-        # value by a whole quantization step, on through the layers after it. The
-        # rule: no further from the quantized model than quantizing moved fp32.
-        run.tolerance = Tolerance(CLOSE, rtol=0.0, atol=record["max_abs"])
+        run.tolerance = drift_rule(record["max_abs"])
     with torch.no_grad():
         program = export_model(converted, traced, example.dynamic_dims, dynamic_shapes)
     return program, record
