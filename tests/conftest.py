@@ -206,6 +206,18 @@ def two_library(tmp_path_factory: pytest.TempPathFactory, build: Build, op_libra
 
 
 @pytest.fixture(scope="session")
+def digits_int8(tmp_path_factory: pytest.TempPathFactory):
+    """examples/quant_models.py's digits CNN as an int8 package (quantize="int8", 8
+    calibration batches of 60): tests/test_quantize.py and the Triton tests share it."""
+    import aoti_deploy as ad
+    from examples.quant_models import calibration, digits_cnn
+
+    model, args = digits_cnn()
+    out = tmp_path_factory.mktemp("digits") / "digits_int8.pt2"
+    return ad.export(model, args, quantize="int8", calibration=calibration(), package_path=out)
+
+
+@pytest.fixture(scope="session")
 def score_package(tmp_path_factory: pytest.TempPathFactory) -> UserPackage:
     """The one package whose tensors are only their batch dim (examples.user_models'
     score_model: a per-example weight w [B] in, one score per example [B] out), batch

@@ -53,13 +53,6 @@ def both_runtimes(build: Build, package: Path, inputs: list[torch.Tensor], tmp: 
     return list(python), list(cpp)
 
 
-@pytest.fixture(scope="session")
-def digits_int8(tmp_path_factory: pytest.TempPathFactory) -> ad.Package:
-    model, args = digits_cnn()
-    out = tmp_path_factory.mktemp("digits") / "digits_int8.pt2"
-    return ad.export(model, args, quantize="int8", calibration=calibration(), package_path=out)
-
-
 def test_int8_keeps_the_digits_accuracy(digits_int8: ad.Package) -> None:
     model, _ = digits_cnn()
     _, (x_test, y_test) = digits()

@@ -4,6 +4,8 @@ gRPC are compared bit for bit with aoti_runner's on the same bundle."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import json
 import os
 import re
@@ -65,7 +67,10 @@ BROKEN = {
     "forced_batching": "max_batch_size 2 needs a batch dim",
     "batch_only_without_reshape": "declare it as dims: [ 1 ] with reshape: { shape: [ ] }",
 }
-SERVING = [DEMO, DYNAMIC, FP16, PAIR, SIGNED, NAMED, SCORES]
+# The digits CNN as an int8 package (tests/test_quantize.py), with the quant extra.
+INT8 = "digits_int8"
+HAS_QUANT = all(importlib.util.find_spec(name) is not None for name in ("torchao", "sklearn"))
+SERVING = [DEMO, DYNAMIC, FP16, PAIR, SIGNED, NAMED, SCORES] + ([INT8] if HAS_QUANT else [])
 
 
 @dataclass(frozen=True)
@@ -86,7 +91,7 @@ def _openssl(*args: object) -> None:
 
 @pytest.fixture(scope="session")
 def served(tmp_path_factory: pytest.TempPathFactory, build: Build, compiled_package: CompiledPackage,
-           parity_matrix, score_package) -> Served:
+           parity_matrix, score_package, request: pytest.FixtureRequest) -> Served:
     """The repository and the one tritonserver of the session."""
     require_triton_server()
     work = tmp_path_factory.mktemp("triton")
@@ -115,6 +120,8 @@ def served(tmp_path_factory: pytest.TempPathFactory, build: Build, compiled_pack
     write_repository(named, repository, name=NAMED, op_libraries=[build.extra_op_library])
     # A long queue delay, as for DYNAMIC: concurrent requests meet in the queue.
     write_repository(score_package.path, repository, name=SCORES, max_queue_delay_us=20000)
+    if HAS_QUANT:
+        write_repository(request.getfixturevalue("digits_int8").path, repository, name=INT8)
     # The same package batched with its [B] output declared without the reshape: refused.
     write_repository(score_package.path, repository, name="batch_only_without_reshape")
     unreshaped = repository / "batch_only_without_reshape" / "config.pbtxt"
@@ -193,6 +200,7 @@ SHAPES = {
     PAIR: [((5, 16), torch.float32), ((5, 16), torch.float32)],
     NAMED: [((5, 16), torch.float32), ((5, 16), torch.float32)],
     SCORES: [((12, 8), torch.float32), ((12,), torch.float32)],  # 12: room for the special values
+    INT8: [((60, 1, 8, 8), torch.float32)],
 }
 
 

@@ -23,7 +23,10 @@ from ..models.call import CallInputs
 from .structure import bounded_names, input_names, output_names, returns_by_name
 
 # Namespaces of ops that every libtorch has; anything else comes from a library.
-_BUILTIN_NAMESPACES = {"aten", "prims", "higher_order", "prim", "_operator"}
+# Ops libtorch itself registers, in C++: no op library provides them (an int8 package
+# calls quantized::max_pool2d, for one).
+_BUILTIN_NAMESPACES = {"aten", "prims", "higher_order", "prim", "_operator", "quantized", "_quantized", "onednn",
+                       "mkldnn", "mkl"}
 
 
 @dataclass
