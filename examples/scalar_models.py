@@ -44,6 +44,7 @@ class BatchStats(nn.Module):
 
 
 def batch_stats_inputs(rows: int = 4, seed: int = 0, flag: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [rows, 3] float32 (rows dynamic, 1..16 in the tests) and a 0-d bool flag."""
+    """x [rows, 3] float32 (rows dynamic, 1..16 in the tests) and a one-element bool flag
+    ([1]: Triton serves no 0-d input)."""
     x = torch.randn(rows, 3, generator=torch.Generator().manual_seed(seed))
-    return x, torch.tensor(flag)
+    return x, torch.tensor([flag])

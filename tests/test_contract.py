@@ -180,6 +180,14 @@ def _python_verdict(suite: str, vector: dict) -> object:
 
             spec = parse_document(vector["spec"])
             dim, _ = batch_dim(spec)
+            if dim is None and any(t.is_scalar for t in spec.outputs):
+                # Never batched: the full shapes, each Python scalar output [1] (no reshape).
+                config = triton_config(spec, "m")
+                scalars = [k for k, t in enumerate(spec.outputs) if t.is_scalar]
+                assert all(config.outputs[k].dims == (1,) and config.outputs[k].reshape is None for k in scalars)
+                assert all(t.reshape is None for t in config.inputs + config.outputs)
+                assert TensorNames.of_spec(spec).scalar_outputs == tuple(scalars)
+                return {"max_batch_size": config.max_batch_size, "scalar_outputs": scalars}
             if dim is None:
                 return "not_batched"
             verdict: dict = {"max_batch_size": MAX_BATCH_SIZE_LIMIT if dim.max is None else min(dim.max,
