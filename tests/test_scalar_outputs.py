@@ -122,9 +122,14 @@ def test_scalar_outputs_have_the_same_bits_and_words_in_both_runners(scalar_pack
     assert "output[7] (threshold): float 0.10000000000000001" in scalar_lines
     assert "output[8] (calibrated): bool true" in scalar_lines
 
+    # --inspect names each kind, in the rows and words of the Python side's inspect.
     inspect = run_cmd(build.runner, package.path, "--inspect")
-    rows = dict(tuple(line.split(": ", 1)) for line in inspect.stdout.splitlines()[1:] if ": " in line)
-    assert rows["output[1]"] == "count  int (a 0-d int64 tensor)" == dict(package.spec.describe())["output[1]"]
+    assert inspect.returncode == 0, inspect.stderr
+    rows = [tuple(line.split(": ", 1)) if ": " in line else (line.rstrip(":"), "")
+            for line in inspect.stdout.splitlines()[1:]]
+    assert rows == package.spec.describe()
+    assert dict(rows)["output[1]"] == "count  int (a 0-d int64 tensor)"
+    assert dict(rows)["output[7]"] == "threshold  float (a 0-d float64 tensor)"
 
 
 def test_the_eager_check_covers_scalar_outputs(scalar_packages: ScalarPackages, build: Build, tmp_path: Path) -> None:

@@ -187,7 +187,7 @@ void write_response_outputs(TRITONBACKEND_Request* request, TRITONBACKEND_Respon
                         ", which Triton has no type for.");
     }
     // A Python scalar output (0-d in the package) is answered as a one-element tensor,
-    // as its config declares it (dims [1], reshape []).
+    // as its config declares it (dims [1]).
     const bool scalar = index < spec.outputs.size() && spec.outputs[index].is_scalar() && piece.numel() == 1;
     const auto shape = scalar ? std::vector<int64_t>{1} : piece.sizes().vec();
     TRITONBACKEND_Output* output = nullptr;
