@@ -521,6 +521,9 @@ int run(const Options& options) {
     outputs = run_package(model.package, ready, model.package_shown);
   }
   std::cout << "ran " << options.package << ": " << outputs.size() << " output(s)\n";
+  for (const auto& line : scalar_output_lines(spec, outputs)) {
+    std::cout << line << "\n";
+  }
   if (!options.outputs.empty()) {
     save_tensors(options.outputs, outputs, named_outputs(spec, outputs.size()));
     std::cout << "wrote outputs to " << options.outputs << "\n";

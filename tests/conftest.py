@@ -455,3 +455,28 @@ def zoo_other_shape(name: str) -> dict[str, torch.Tensor]:
     return kwargs
 
 
+
+
+# --- models that return Python scalars (tests/test_scalar_outputs.py, tests/test_triton.py) ---
+
+@dataclass
+class ScalarPackages:
+    # PyTorch's own test_symint_item model (examples/scalar_models.py), static.
+    item: object  # an aoti_deploy.Package
+    # BatchStats: a tensor and every kind of scalar output in a dict, rows 1..16.
+    stats: object
+
+
+@pytest.fixture(scope="session")
+def scalar_packages(tmp_path_factory: pytest.TempPathFactory) -> ScalarPackages:
+    """The scalar-output packages, exported through the API once per session."""
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    import aoti_deploy
+    from examples.scalar_models import BatchStats, SymIntItem, batch_stats_inputs, symint_item_inputs
+
+    out = tmp_path_factory.mktemp("scalars")
+    item = aoti_deploy.export(SymIntItem(), symint_item_inputs(), package_path=out / "symint_item.pt2")
+    stats = aoti_deploy.export(BatchStats(), batch_stats_inputs(), package_path=out / "batch_stats.pt2",
+                               dynamic_shapes=({0: aoti_deploy.Dim("rows", min=1, max=16)}, None))
+    return ScalarPackages(item, stats)

@@ -194,14 +194,17 @@ def test_non_contiguous_example_input_computes_right(tmp_path: Path, build: Buil
         assert package.verify((fresh,), against="cpp").bit_identical
 
 
-def test_a_scalar_output_is_refused_before_the_compile(tmp_path: Path) -> None:
-    class Count(nn.Module):
+def test_an_output_a_package_cannot_return_is_refused_before_the_compile(tmp_path: Path) -> None:
+    """A Python int, float or bool output is carried (tests/test_scalar_outputs.py);
+    None is not, and is refused before the compile, which takes seconds."""
+    class CountOrNothing(nn.Module):
         def forward(self, x: torch.Tensor):
-            return x * 2, x.shape[0]
+            return x * 2, x.shape[0], None
 
     stages: list[str] = []
-    with pytest.raises(ad.ExportError, match=r"output output_1 is .*not a tensor.*torch.tensor"):
-        ad.export(Count(), (torch.randn(3, 2),), dynamic_shapes=({0: ad.Dim("n", min=2, max=9)},),
+    with pytest.raises(ad.ExportError, match=r"output output_2 is None; a package returns tensors and Python ints, "
+                                             r"floats and bools"):
+        ad.export(CountOrNothing(), (torch.randn(3, 2),), dynamic_shapes=({0: ad.Dim("n", min=2, max=9)},),
                   package_path=tmp_path / "count.pt2", on_stage=stages.append)
     assert "compile" not in stages
     assert not (tmp_path / "count.pt2").exists()

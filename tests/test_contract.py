@@ -180,6 +180,14 @@ def _python_verdict(suite: str, vector: dict) -> object:
 
             spec = parse_document(vector["spec"])
             dim, _ = batch_dim(spec)
+            if dim is None and any(t.is_scalar for t in spec.outputs):
+                # Never batched: the full shapes, each Python scalar output [1] (no reshape).
+                config = triton_config(spec, "m")
+                scalars = [k for k, t in enumerate(spec.outputs) if t.is_scalar]
+                assert all(config.outputs[k].dims == (1,) and config.outputs[k].reshape is None for k in scalars)
+                assert all(t.reshape is None for t in config.inputs + config.outputs)
+                assert TensorNames.of_spec(spec).scalar_outputs == tuple(scalars)
+                return {"max_batch_size": config.max_batch_size, "scalar_outputs": scalars}
             if dim is None:
                 return "not_batched"
             verdict: dict = {"max_batch_size": MAX_BATCH_SIZE_LIMIT if dim.max is None else min(dim.max,
@@ -379,6 +387,19 @@ def test_a_malformed_quantization_record_gets_the_vector_message_in_both(cpp_ver
         assert cpp_verdicts["spec"][vector["name"]]["message"] == vector["message"], vector["name"]
 
 
+def test_a_malformed_output_kind_gets_the_vector_message_in_both(cpp_verdicts):
+    """An output's kind (a tensor, or the Python int, float or bool the model returns)
+    is checked by one rule on each side: a bad one gets its vector's message, word for
+    word, in both."""
+    cases = [v for v in _vectors("spec") if v["name"].startswith("output_kind_") and "error" in v["expect"]]
+    assert len(cases) >= 7
+    for vector in cases:
+        with pytest.raises(SpecError) as error:
+            PackageSpec.from_metadata(_metadata(vector), "vector")
+        assert str(error.value) == vector["message"], vector["name"]
+        assert cpp_verdicts["spec"][vector["name"]]["message"] == vector["message"], vector["name"]
+
+
 def test_a_bad_value_gets_the_vector_line_in_both(cpp_verdicts):
     """An out-of-range index value is refused with one line, the same in both runtimes."""
     cases = [v for v in _vectors("validation") if "message" in v]
@@ -439,6 +460,28 @@ def test_python_written_document_parses_the_same_in_cpp(build, tmp_path):
         torch_version="2.13.0",
     )
     _assert_cpp_reads_it_as_written(build, tmp_path, spec)
+
+
+def test_scalar_outputs_are_written_with_their_kind_and_read_alike_in_cpp(build, tmp_path):
+    """A Python int, float or bool output is written as a 0-d entry with its kind (and a
+    tensor output without one, as ever); the C++ side reads the same document, and
+    both describe it alike (inspect's rows)."""
+    from aoti_deploy.package.spec import DimSpec, TensorSpec
+
+    spec = PackageSpec(
+        inputs=[TensorSpec((DimSpec(1, 8), DimSpec(3, 3)), "float32", name="x")],
+        outputs=[TensorSpec((DimSpec(1, 8), DimSpec(3, 3)), "float32", name="y"),
+                 TensorSpec((), "int64", name="count", kind="int"), TensorSpec((), "float64", name="mean", kind="float"),
+                 TensorSpec((), "bool", name="any", kind="bool")],
+        outputs_by_name=True, example_shapes=[(2, 3)],
+    )
+    written = json.loads(spec.to_metadata()["aoti_deploy.spec"])
+    assert written["schema_version"] == 2
+    assert [item.get("kind") for item in written["outputs"]] == [None, "int", "float", "bool"]
+    assert written["outputs"][1] == {"dtype": "int64", "dims": [], "name": "count", "kind": "int"}
+    assert parse_document(written).outputs == spec.outputs
+    _assert_cpp_reads_it_as_written(build, tmp_path, spec)
+    assert dict(spec.describe())["output[1]"] == "count  int (a 0-d int64 tensor)"
 
 
 def test_an_unbounded_dim_is_written_as_null_in_schema_3_and_reads_alike_in_cpp(build, tmp_path):

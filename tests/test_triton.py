@@ -972,3 +972,47 @@ def test_a_computed_index_out_of_range_fails_its_request_alone(served: Served, c
            6: "index_put takes indices in -30..29"}
     _bad_requests_fail_alone(served, "computed_index", computed_index_package.path, ComputedIndexModel(), requests,
                              bad, seed=32, status="INVALID_ARG")
+
+
+def test_scalar_outputs_are_served_as_one_element_tensors(served: Served, scalar_packages, tmp_path: Path) -> None:
+    """PyTorch's test_symint_item and the model returning every kind of Python scalar,
+    served by the session's server: each config declares a scalar output as dims [1]
+    (no reshape: Triton refuses an empty one without batching; and no batching), a
+    response carries it as a one-element tensor of its kind's dtype, with aoti_runner's
+    bits over HTTP and gRPC, and eager's value."""
+    from aoti_deploy.serve.triton_config import TensorNames
+    from examples.scalar_models import BatchStats, SymIntItem, batch_stats_inputs, symint_item_inputs
+
+    cases = [("symint_item", scalar_packages.item, list(symint_item_inputs(-7)), SymIntItem()),
+             ("batch_stats", scalar_packages.stats, list(batch_stats_inputs(6, seed=2)), BatchStats())]
+    for name, package, inputs, model in cases:
+        write_repository(package.path, served.repository, name=name)
+        config = (served.repository / name / "config.pbtxt").read_text()
+        assert "max_batch_size: 0" in config and "dynamic_batching" not in config, config
+        scalars = [k for k, t in enumerate(package.spec.outputs) if t.is_scalar]
+        assert "reshape" not in config, config
+        for k in scalars:
+            assert f'name: "{package.spec.outputs[k].name}"\n    data_type: ' in config
+        served.server.load_model(name)
+        try:
+            expected = runner_outputs(served, name, inputs, tmp_path / name)
+            assert all(expected[k].dim() == 0 for k in scalars)
+            names = TensorNames.of_spec(package.spec)
+            assert names.scalar_outputs == tuple(scalars)
+            for protocol, url in (("http", served.server.http_url), ("grpc", served.server.grpc_url)):
+                # With the package's names (its spec), each scalar back in the package's 0-d shape.
+                assert same_bits(triton_client.infer(url, protocol, name, inputs, names), expected)
+                # As the server answers (the names its config declares): one element each.
+                wire = triton_client.infer(url, protocol, name, inputs)
+                assert [tuple(t.shape) for t in wire] == [(1,) if k in scalars else tuple(expected[k].shape)
+                                                          for k in range(len(expected))]
+                assert same_bits([t.reshape(expected[k].shape) for k, t in enumerate(wire)], expected)
+            eager = model(*inputs)
+            eager = list(eager.values()) if isinstance(eager, dict) else [eager]
+            for k in scalars:
+                if package.spec.outputs[k].kind != "float":
+                    assert expected[k].item() == eager[k], (k, expected[k], eager[k])
+        finally:
+            unload_and_wait(served.server, name)
+        assert served.server.running()
+

@@ -173,6 +173,31 @@ std::vector<at::Tensor> run_package(const std::string& path, const std::vector<a
   }
 }
 
+std::vector<std::string> scalar_output_lines(const PackageSpec& spec, const std::vector<at::Tensor>& outputs) {
+  std::vector<std::string> lines;
+  if (outputs.size() != spec.outputs.size()) {
+    return lines;
+  }
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const auto& kind = spec.outputs[k].kind;
+    if (!spec.outputs[k].is_scalar() || outputs[k].numel() != 1) {
+      continue;
+    }
+    std::string value;
+    if (kind == "float") {
+      char text[32];
+      std::snprintf(text, sizeof(text), "%.17g", outputs[k].item<double>());
+      value = text;
+    } else if (kind == "bool") {
+      value = outputs[k].item<bool>() ? "true" : "false";
+    } else {
+      value = std::to_string(outputs[k].item<int64_t>());
+    }
+    lines.push_back(tensor_label("output", k, spec.outputs) + ": " + kind + " " + value);
+  }
+  return lines;
+}
+
 // --- the loader pool ------------------------------------------------------------
 
 struct LoaderLease::Slot {

@@ -49,6 +49,13 @@ PackageLoader load_package(const std::string& path, size_t num_runners = 1, int 
 std::vector<at::Tensor> run_package(const std::string& path, const std::vector<at::Tensor>& inputs,
                                     const std::string& shown = "");
 
+// One line per output the spec records as a Python scalar (kind int, float or bool),
+// as both runners print it after a run: "output[1] (count): int 9", a float with 17
+// significant digits (%.17g, which reads back as the same double), a bool as true or
+// false. None when the outputs do not line up with the spec's. runtime/aoti.py's
+// scalar_output_lines says the same.
+std::vector<std::string> scalar_output_lines(const PackageSpec& spec, const std::vector<at::Tensor>& outputs);
+
 // A loader lent from the process-wide pool, for a server that loads and unloads models.
 // glibc never unloads a package's model library (it has STB_GNU_UNIQUE symbols), so a
 // loader built afresh on every reload would map one more copy each time. The pool keeps

@@ -342,6 +342,26 @@ std::string get_tensor_name(const json& value, const std::string& where) {
   return name;
 }
 
+// An output's "kind": one of tensor, int, float, bool; a scalar's entry is 0-d, of its
+// kind's dtype. Inputs have none: a package takes tensors only.
+std::string get_kind(const json& value, const std::string& key, const std::string& where, const TensorSpec& tensor) {
+  if (key != "outputs") {
+    throw malformed(where + ".kind: only an output has a kind (a package takes tensors only)");
+  }
+  const bool known = value.is_string() && (value.get<std::string>() == kTensorKind ||
+                                           scalar_dtype_of_kind(value.get<std::string>()));
+  if (!known) {
+    throw malformed(where + ".kind: expected one of tensor, int, float, bool, got " + brief_json(value));
+  }
+  const auto kind = value.get<std::string>();
+  const auto dtype = scalar_dtype_of_kind(kind);
+  if (dtype && (!tensor.dims.empty() || tensor.dtype != *dtype)) {
+    throw malformed(where + ": kind \"" + kind + "\" is a 0-d " + *dtype + " tensor, got " + format_shape(tensor) +
+                    " " + tensor.dtype);
+  }
+  return kind;
+}
+
 // Names on every entry of `key` or on none, and no name twice.
 void check_names(const std::vector<TensorSpec>& specs, const std::string& key) {
   const auto named = std::find_if(specs.begin(), specs.end(), [](const TensorSpec& t) { return !t.name.empty(); });
@@ -414,6 +434,9 @@ std::vector<TensorSpec> get_tensor_specs(const json& value, const std::string& k
     if (item.contains("name")) {
       tensor.name = get_tensor_name(item.at("name"), where + ".name");
     }
+    if (item.contains("kind")) {
+      tensor.kind = get_kind(item.at("kind"), key, where, tensor);
+    }
     specs.push_back(tensor);
   }
   check_names(specs, key);
@@ -434,6 +457,9 @@ json tensor_specs_document(const std::vector<TensorSpec>& specs) {
     }
     if (!spec.name.empty()) {  // written only when recorded, as in Python
       item["name"] = spec.name;
+    }
+    if (spec.is_scalar()) {  // written only for a scalar, as in Python
+      item["kind"] = spec.kind;
     }
     items.push_back(item);
   }
@@ -481,6 +507,20 @@ std::string format_shape(const TensorSpec& spec) {
   std::string out("[");
   out.append(join(dims, ", ")).append("]");
   return out;
+}
+
+std::optional<std::string> scalar_dtype_of_kind(const std::string& kind) {
+  if (kind == "int") return std::string("int64");
+  if (kind == "float") return std::string("float64");
+  if (kind == "bool") return std::string("bool");
+  return std::nullopt;
+}
+
+std::string describe_tensor(const TensorSpec& spec) {
+  if (spec.is_scalar()) {
+    return spec.kind + " (a 0-d " + spec.dtype + " tensor)";
+  }
+  return format_shape(spec) + " " + spec.dtype;
 }
 
 std::string tensor_label(const std::string& role, size_t index, const std::vector<TensorSpec>& specs) {
@@ -914,8 +954,7 @@ std::vector<std::pair<std::string, std::string>> describe_package(const PackageS
   const auto tensor_rows = [&](const std::string& name, const std::vector<TensorSpec>& specs) {
     for (size_t i = 0; i < specs.size(); ++i) {
       rows.emplace_back(name + "[" + std::to_string(i) + "]",
-                        (specs[i].name.empty() ? "" : specs[i].name + "  ") + format_shape(specs[i]) + " " +
-                            specs[i].dtype);
+                        (specs[i].name.empty() ? "" : specs[i].name + "  ") + describe_tensor(specs[i]));
     }
   };
   tensor_rows("input", spec.inputs);

@@ -60,6 +60,13 @@ struct ValueRange {
 // ([A-Za-z_][A-Za-z0-9_.]*), of at most kTensorNameLimit characters.
 constexpr size_t kTensorNameLimit = 128;
 
+// What an output is: a tensor, or a Python scalar the model returns (a SymInt, SymFloat
+// or SymBool, or a constant), carried by every runtime as a 0-d tensor of its kind's
+// dtype: "int" int64, "float" float64, "bool" bool. spec_types.py's SCALAR_DTYPES.
+constexpr const char* kTensorKind = "tensor";
+// The dtype a scalar kind is carried in; none for "tensor" or an unknown kind.
+std::optional<std::string> scalar_dtype_of_kind(const std::string& kind);
+
 struct TensorSpec {
   std::vector<DimSpec> dims;
   std::string dtype;  // Python spelling: "float32", "bfloat16", ...
@@ -68,6 +75,12 @@ struct TensorSpec {
   // The model's name for the tensor (e.g. "input_ids"); empty when not recorded. Either
   // every input (output) of a spec has one, or none does.
   std::string name;
+  // Outputs only: kTensorKind, or the Python scalar the model returns there ("int",
+  // "float", "bool"; no dims, dtype scalar_dtype_of_kind(kind)).
+  std::string kind = kTensorKind;
+  bool is_scalar() const {
+    return kind != kTensorKind;
+  }
 };
 
 // A custom op the package calls, with its overload ("default" for the unnamed one);
@@ -157,6 +170,10 @@ PackageSpec spec_from_metadata(const std::map<std::string, std::string>& metadat
 std::vector<std::pair<std::string, std::string>> describe_package(const PackageSpec& spec);
 
 std::string format_shape(const TensorSpec& spec);
+
+// What --inspect shows of a tensor: "[1..8, 3] float32", or for a scalar output "int
+// (a 0-d int64 tensor)". The same as spec_types.py's TensorSpec.describe.
+std::string describe_tensor(const TensorSpec& spec);
 
 // How messages name a tensor: "input[0]", or "input[0] (input_ids)" when the package
 // records names (role "input" or "output"). The same as spec.py's tensor_label.

@@ -113,6 +113,102 @@ struct TemporaryTree {
   }
 };
 
+// The batching suite's verdict for the batched config the writer would write: its
+// max_batch_size and reshaped tensors, or "not_batched" when the backend refuses it.
+json batched_verdict(const aoti_runner::PackageSpec& spec, bool drop_reshape) {
+  if (spec.inputs.empty() || spec.inputs[0].dims.empty() || spec.inputs[0].dims[0].is_static()) {
+    return "not_batched";
+  }
+  // An unbounded batch dim is capped at Triton's int32 limit, as the writer does.
+  const auto max_batch_size =
+      std::min<int64_t>(spec.inputs[0].dims[0].max.value_or(2147483647), 2147483647);
+  const auto entries = [&](const std::vector<aoti_runner::TensorSpec>& tensors, const char* prefix) {
+    json result = json::array();
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      json dims = json::array();
+      for (size_t d = 1; d < tensors[i].dims.size(); ++d) {
+        dims.push_back(std::to_string(tensors[i].dims[d].is_static() ? tensors[i].dims[d].min : -1));
+      }
+      json entry = {{"name", aoti_triton::served_name(tensors, i, prefix)},
+                    {"data_type", *aoti_triton::config_type_of(tensors[i].dtype)}};
+      if (tensors[i].dims.size() == 1) {
+        dims.push_back("1");
+        if (!drop_reshape) {
+          entry["reshape"] = json::object();
+        }
+      }
+      entry["dims"] = dims;
+      result.push_back(entry);
+    }
+    return result;
+  };
+  const json document = {{"name", "m"},
+                         {"max_batch_size", max_batch_size},
+                         {"input", entries(spec.inputs, aoti_triton::kInputPrefix)},
+                         {"output", entries(spec.outputs, aoti_triton::kOutputPrefix)},
+                         {"instance_group", json::array({{{"kind", "KIND_CPU"}, {"count", 1}}})}};
+  aoti_triton::ModelConfig config;
+  try {
+    config = aoti_triton::parse_model_config(document);
+    aoti_triton::check_config_against_spec(config, spec);
+  } catch (const RunnerError&) {
+    return "not_batched";
+  }
+  json verdict = {{"max_batch_size", config.max_batch_size}};
+  const auto reshaped = [](const std::vector<aoti_triton::ConfigTensor>& tensors) {
+    json positions = json::array();
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (tensors[i].reshape) {
+        positions.push_back(i);
+      }
+    }
+    return positions;
+  };
+  if (!reshaped(config.inputs).empty() || !reshaped(config.outputs).empty()) {
+    verdict["reshaped"] = {{"inputs", reshaped(config.inputs)}, {"outputs", reshaped(config.outputs)}};
+  }
+  return verdict;
+}
+
+// A package with a Python scalar output, never batched: the config of its full shapes,
+// each scalar output dims [1] (a hand_written vector's scalar_dims instead), read and
+// checked by the backend. The scalar outputs' positions, or "refused".
+json scalar_verdict(const aoti_runner::PackageSpec& spec, const json& scalar_dims) {
+  const auto entries = [&](const std::vector<aoti_runner::TensorSpec>& tensors, const char* prefix) {
+    json result = json::array();
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      json dims = json::array();
+      for (const auto& dim : tensors[i].dims) {
+        dims.push_back(std::to_string(dim.is_static() ? dim.min : -1));
+      }
+      json entry = {{"name", aoti_triton::served_name(tensors, i, prefix)},
+                    {"data_type", *aoti_triton::config_type_of(tensors[i].dtype)}};
+      entry["dims"] = tensors[i].is_scalar() ? scalar_dims : dims;
+      result.push_back(entry);
+    }
+    return result;
+  };
+  const json document = {{"name", "m"},
+                         {"max_batch_size", 0},
+                         {"input", entries(spec.inputs, aoti_triton::kInputPrefix)},
+                         {"output", entries(spec.outputs, aoti_triton::kOutputPrefix)},
+                         {"instance_group", json::array({{{"kind", "KIND_CPU"}, {"count", 1}}})}};
+  aoti_triton::ModelConfig config;
+  try {
+    config = aoti_triton::parse_model_config(document);
+    aoti_triton::check_config_against_spec(config, spec);
+  } catch (const RunnerError&) {
+    return "refused";
+  }
+  json positions = json::array();
+  for (size_t k = 0; k < spec.outputs.size(); ++k) {
+    if (spec.outputs[k].is_scalar()) {
+      positions.push_back(k);
+    }
+  }
+  return {{"max_batch_size", config.max_batch_size}, {"scalar_outputs", positions}};
+}
+
 json run_vector(const std::string& suite, const json& vector) {
   try {
     if (suite == "input_shape") {
@@ -325,61 +421,18 @@ json run_vector(const std::string& suite, const json& vector) {
       // the batch dim's upper bound, dims without dim 0, a tensor that is only its batch
       // dim as dims [1] with reshape []), as the JSON Triton hands the backend (int64 dims
       // as strings; an empty reshape shape left out), read and checked by the backend.
-      // A hand_written vector with drop_reshape leaves the reshape out.
+      // A package with a Python scalar output is never batched: its config is the full
+      // shapes, each scalar output dims [1], and the verdict names them. A hand_written
+      // vector with drop_reshape leaves the batch reshape out; with scalar_dims, it
+      // declares the scalar outputs so instead.
       const auto spec = spec_of(vector);
-      if (spec.inputs.empty() || spec.inputs[0].dims.empty() || spec.inputs[0].dims[0].is_static()) {
-        return "not_batched";
-      }
-      // An unbounded batch dim is capped at Triton's int32 limit, as the writer does.
-      const auto max_batch_size =
-          std::min<int64_t>(spec.inputs[0].dims[0].max.value_or(2147483647), 2147483647);
       const bool drop_reshape = vector.value("drop_reshape", false);
-      const auto entries = [&](const std::vector<aoti_runner::TensorSpec>& tensors, const char* prefix) {
-        json result = json::array();
-        for (size_t i = 0; i < tensors.size(); ++i) {
-          json dims = json::array();
-          for (size_t d = 1; d < tensors[i].dims.size(); ++d) {
-            dims.push_back(std::to_string(tensors[i].dims[d].is_static() ? tensors[i].dims[d].min : -1));
-          }
-          json entry = {{"name", aoti_triton::served_name(tensors, i, prefix)},
-                        {"data_type", *aoti_triton::config_type_of(tensors[i].dtype)}};
-          if (tensors[i].dims.size() == 1) {
-            dims.push_back("1");
-            if (!drop_reshape) {
-              entry["reshape"] = json::object();
-            }
-          }
-          entry["dims"] = dims;
-          result.push_back(entry);
-        }
-        return result;
-      };
-      const json document = {{"name", "m"},
-                             {"max_batch_size", max_batch_size},
-                             {"input", entries(spec.inputs, aoti_triton::kInputPrefix)},
-                             {"output", entries(spec.outputs, aoti_triton::kOutputPrefix)},
-                             {"instance_group", json::array({{{"kind", "KIND_CPU"}, {"count", 1}}})}};
-      aoti_triton::ModelConfig config;
-      try {
-        config = aoti_triton::parse_model_config(document);
-        aoti_triton::check_config_against_spec(config, spec);
-      } catch (const RunnerError&) {
-        return "not_batched";
-      }
-      json verdict = {{"max_batch_size", config.max_batch_size}};
-      const auto reshaped = [](const std::vector<aoti_triton::ConfigTensor>& tensors) {
-        json positions = json::array();
-        for (size_t i = 0; i < tensors.size(); ++i) {
-          if (tensors[i].reshape) {
-            positions.push_back(i);
-          }
-        }
-        return positions;
-      };
-      if (!reshaped(config.inputs).empty() || !reshaped(config.outputs).empty()) {
-        verdict["reshaped"] = {{"inputs", reshaped(config.inputs)}, {"outputs", reshaped(config.outputs)}};
-      }
-      return verdict;
+      const auto verdict = batched_verdict(spec, drop_reshape);
+      const bool scalars = std::any_of(spec.outputs.begin(), spec.outputs.end(),
+                                       [](const aoti_runner::TensorSpec& t) { return t.is_scalar(); });
+      return verdict == json("not_batched") && scalars
+                 ? scalar_verdict(spec, vector.value("scalar_dims", json::array({"1"})))
+                 : verdict;
     }
     if (suite == "triton_types") {  // the core table's Triton type, as the aoti backend uses it
       const auto name = vector.at("name").get<std::string>();

@@ -152,6 +152,18 @@ void check_tensor(const ConfigTensor& entry, const aoti_runner::TensorSpec& spec
                       entry.data_type + ", but the package's is " + spec.dtype +
                       " (" + *expected_type + ").");
   }
+  // A Python scalar output (an int, float or bool; 0-d in the package) travels as a
+  // one-element tensor: the writer declares [1] with no reshape (Triton refuses an empty
+  // reshape in a model without batching), and the backend answers [1] for the 0-d tensor.
+  if (spec.is_scalar()) {
+    if (entry.dims != std::vector<int64_t>{1} || entry.reshape || max_batch_size > 0) {
+      throw RunnerError("config.pbtxt: " + std::string(what) + " " + entry.name + " is a Python " + spec.kind +
+                        " (a 0-d " + spec.dtype + " tensor in the package), which the aoti backend serves as a " +
+                        "one-element tensor in a model without batching: declare it as dims: [ 1 ], with no " +
+                        "reshape and max_batch_size: 0 (aoti-deploy triton-repository writes this).");
+    }
+    return;
+  }
   if (max_batch_size > 0 && spec.dims.size() == 1 && !entry.reshape) {
     throw RunnerError("config.pbtxt: " + std::string(what) + " " + entry.name + " is only the batch dim in the " +
                       "package " + aoti_runner::format_shape(spec) + " (one value per example), and Triton " +
@@ -405,6 +417,10 @@ void check_config_against_spec(const ModelConfig& config, const aoti_runner::Pac
     }
     for (size_t k = 0; k < spec.outputs.size(); ++k) {
       const auto& dims = spec.outputs[k].dims;
+      if (spec.outputs[k].is_scalar()) {
+        refuse(aoti_runner::tensor_label("output", k, spec.outputs) + " is a Python " + spec.outputs[k].kind +
+               ", one value for the whole call, which requests merged into one batch could not each get");
+      }
       if (dims.empty() || dims[0].min != batch.min || dims[0].max != batch.max) {
         refuse(aoti_runner::tensor_label("output", k, spec.outputs) + " is " +
                aoti_runner::format_shape(spec.outputs[k]) + ", whose dim 0 does not follow the inputs' " +

@@ -186,7 +186,10 @@ void write_response_outputs(TRITONBACKEND_Request* request, TRITONBACKEND_Respon
       throw RunnerError(wanted + ": the package returned " + aoti_runner::dtype_name(piece.scalar_type()) +
                         ", which Triton has no type for.");
     }
-    const auto shape = piece.sizes().vec();
+    // A Python scalar output (0-d in the package) is answered as a one-element tensor,
+    // as its config declares it (dims [1]).
+    const bool scalar = index < spec.outputs.size() && spec.outputs[index].is_scalar() && piece.numel() == 1;
+    const auto shape = scalar ? std::vector<int64_t>{1} : piece.sizes().vec();
     TRITONBACKEND_Output* output = nullptr;
     check(TRITONBACKEND_ResponseOutput(response, &output, name, type, shape.data(), static_cast<uint32_t>(shape.size())),
           wanted + ": adding it to the response");

@@ -23,8 +23,8 @@ std::vector<at::Tensor> read_request_inputs(TRITONBACKEND_Request* request,
                                             const aoti_runner::PackageSpec& spec, const c10::Device& device);
 
 // Adds each output the request asks for (by its served name) to `response`: rows
-// [first, first + count) of dim 0 when `batched`, else the whole tensor. Throws a
-// RunnerError.
+// [first, first + count) of dim 0 when `batched`, else the whole tensor; a Python
+// scalar output (0-d in the package) as a one-element tensor [1]. Throws a RunnerError.
 void write_response_outputs(TRITONBACKEND_Request* request, TRITONBACKEND_Response* response,
                             const aoti_runner::PackageSpec& spec, const std::vector<at::Tensor>& outputs,
                             bool batched, int64_t first, int64_t count);

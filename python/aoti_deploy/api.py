@@ -366,7 +366,8 @@ class Package:
         kwargs, nested as at export). Returns the model's own output structure: a
         dict stays a dict, a tuple a tuple, a ModelOutput or other registered
         dataclass the same type where its module imports here, else a dict by
-        field name.
+        field name. A Python int, float or bool the model returns (``x.item()``,
+        ``x.shape[0]``, a constant) comes back as that Python value.
 
         Raises:
             InputError: arguments the package does not take (structure, dtype,

@@ -112,7 +112,7 @@ def run_inference(
     # The stages import torch: here, not at module level, so --help starts without it.
     try:
         from ..package.spec import tensor_label, tensor_names
-        from ..runtime.aoti import to_package_device
+        from ..runtime.aoti import scalar_output_lines, to_package_device
         from ..runtime.random_inputs import make_random_inputs
         from ..runtime.session import open_session
         from ..runtime.tensor_files import load_tensors, save_tensors
@@ -165,6 +165,8 @@ def run_inference(
             with held_stderr():
                 results = package.run(tensors)
             console.print(f"ran {model_path}: {len(results)} output(s)")
+            for line in scalar_output_lines(results, spec):
+                console.print(line)
             if outputs is not None:
                 save_tensors(outputs, results, spec.named_outputs(len(results)))
                 console.print(f"wrote outputs to {outputs}")

@@ -16,7 +16,7 @@ from torch import nn
 
 from ..errors import ExportError
 from ..package.dtypes import dtype_name
-from ..package.spec import INT64_MAX, DimSpec, OpRef, TensorSpec
+from ..package.spec import INT64_MAX, TENSOR_KIND, DimSpec, OpRef, TensorSpec
 from ..models.user import DynamicDim
 from .dynamic_dims import DimFix, constraint_fixes, dynamic_dim_option, untied_static_dims
 from ..models.call import CallInputs
@@ -222,11 +222,12 @@ def input_specs(program: torch.export.ExportedProgram) -> list[TensorSpec]:
     ]
 
 
-def output_specs(program: torch.export.ExportedProgram) -> list[TensorSpec]:
+def output_specs(program: torch.export.ExportedProgram, kinds: Sequence[str] = ()) -> list[TensorSpec]:
     """The user outputs, flat in pytree order (as the package returns them): each dim
-    static, or the range its size expression takes over the inputs' ranges. Empty if
-    an output is not a tensor (None, an int, a SymInt): a spec records tensors only,
-    and a partial list would misnumber the outputs."""
+    static, or the range its size expression takes over the inputs' ranges, with its
+    kind from ``kinds`` (``structure.scalar_outputs_as_tensors``, which made each Python
+    scalar output a 0-d tensor). Empty if an output is not a tensor (None, an int, a
+    SymInt left as it was): a partial list would misnumber the outputs."""
     output_node = next(node for node in program.graph.nodes if node.op == "output")
     # The output node's values line up with output_specs: buffer mutations first, then
     # the user outputs.
@@ -240,7 +241,9 @@ def output_specs(program: torch.export.ExportedProgram) -> list[TensorSpec]:
     names = output_names(program.call_spec.out_spec) if program.call_spec.out_spec is not None else []
     if len(names) != len(values):
         names = [""] * len(values)
-    return [dataclasses.replace(_tensor_spec(value, program), name=name) for value, name in zip(values, names)]
+    kinds = list(kinds) if len(kinds) == len(values) else [TENSOR_KIND] * len(values)
+    return [dataclasses.replace(_tensor_spec(value, program), name=name, kind=kind)
+            for value, name, kind in zip(values, names, kinds)]
 
 
 def outputs_by_name(program: torch.export.ExportedProgram, outputs: list[TensorSpec]) -> bool:

@@ -38,7 +38,7 @@ from .quantize import calibration_calls, check_int8_kernels, drift, quantize_mod
 from .options import ExportOptions
 from .stages import ExportRun
 from .staging import staging_path
-from .structure import check_tensor_outputs, constant_inputs
+from .structure import constant_inputs, scalar_outputs_as_tensors
 from .value_ranges import record_value_ranges
 
 
@@ -78,8 +78,9 @@ def export_graph(
         if options.quantize:
             program, quantization = _quantize(run, program, traced, dynamic_shapes)
             example = run.example
-        # Refused before the compile, which takes seconds to minutes.
-        check_tensor_outputs(program)
+        # Refused before the compile, which takes seconds to minutes; a Python int,
+        # float or bool output becomes a 0-d tensor of its kind from here on.
+        output_kinds = scalar_outputs_as_tensors(program)
         constants = constant_inputs(program, traced)
         optimization = optimize_program(program).summary() if options.optimize else "off (--no-optimize)"
         calls = graph_calls(program)
@@ -94,7 +95,7 @@ def export_graph(
         graph_text = str(program.graph)  # the user's graph, before the checks and Inductor's decompositions
         program, guards = guard_indices(program)
         native = [op for op in calls.ops if op not in python_ops] + calls.classes
-        outputs = output_specs(program)
+        outputs = output_specs(program, output_kinds)
         spec = PackageSpec(
             inputs=inputs,
             outputs=outputs,

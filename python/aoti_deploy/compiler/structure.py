@@ -1,9 +1,11 @@
 """What torch.export made of a model's call: the package's input and output names
-taken from the model, the Python values it baked in, and a check that every output
-is a tensor. The call itself is models/call.py."""
+taken from the model, the Python values it baked in, and its outputs made tensors (a
+Python int, float or bool it returns becomes a 0-d tensor of its kind). The call
+itself is models/call.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -13,6 +15,7 @@ import torch.utils._pytree as pytree
 
 from ..errors import ExportError
 from ..models.call import CONSTANT_TYPES, CallInputs
+from ..package.spec import SCALAR_DTYPES, TENSOR_KIND
 
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_]")
 
@@ -59,26 +62,80 @@ def constant_inputs(program: torch.export.ExportedProgram, example: CallInputs) 
     return constants
 
 
-def check_tensor_outputs(program: torch.export.ExportedProgram) -> None:
-    """Raise ExportError, before any compile, when an output is not a tensor: the
-    package's runtimes return tensors only."""
+def scalar_outputs_as_tensors(program: torch.export.ExportedProgram) -> list[str]:
+    """Make every user output a tensor, in place, and return each one's kind: "tensor",
+    or "int", "float" or "bool" for a Python scalar the model returns (a SymInt,
+    SymFloat or SymBool torch.export traced, e.g. ``x.sum().item()`` or ``x.shape[0]``,
+    or a constant). Each scalar becomes ``aten.scalar_tensor`` of its kind's dtype
+    (SCALAR_DTYPES: Python's own widths). AOTI would return most scalars as 0-d tensors
+    itself, but in the dtype of whatever computed them (int32 for ``.item()`` of an int32
+    tensor, float32 of a float32 one), and refuses a float constant; this way each
+    runtime gets one known dtype per kind, and rebuilds the Python value from it.
+
+    Raises:
+        ExportError: before any compile, for an output that is none of these (None, a
+            string), or an int constant past int64.
+    """
     kinds = torch.export.graph_signature
-    output_node = next(node for node in program.graph.nodes if node.op == "output")
-    user = [
-        (spec, value)
-        for spec, value in zip(program.graph_signature.output_specs, output_node.args[0])
-        if spec.kind == kinds.OutputKind.USER_OUTPUT
-    ]
+    graph = program.graph_module.graph
+    output_node = next(node for node in graph.nodes if node.op == "output")
+    specs = program.graph_signature.output_specs
+    values = list(output_node.args[0])
     names = output_names(program.call_spec.out_spec) if program.call_spec.out_spec is not None else []
-    for k, (spec, value) in enumerate(user):
+    found: list[str] = []
+    fake_mode = None
+    for position, (spec, value) in enumerate(zip(specs, values)):
+        if spec.kind != kinds.OutputKind.USER_OUTPUT:
+            continue
+        k = len(found)
+        name = names[k] if k < len(names) else f"output {k}"
         val = getattr(value, "meta", {}).get("val") if isinstance(value, torch.fx.Node) else value
-        if not isinstance(val, torch.Tensor):
-            name = names[k] if k < len(names) else f"output {k}"
-            kind = "a symbolic int (SymInt)" if isinstance(val, torch.SymInt) else f"a {type(val).__name__}"
+        if isinstance(val, torch.Tensor):
+            found.append(TENSOR_KIND)
+            continue
+        kind = _scalar_kind(val)
+        if kind is None:
             raise ExportError(
-                f"output {name} is {kind}, not a tensor; a package returns tensors only. Return it as a tensor "
-                "(e.g. torch.tensor(x.shape[0]) or x.new_full((), n)), or compute it outside the model"
+                f"output {name} is {'None' if val is None else f'a {type(val).__name__}'}; a package returns tensors "
+                "and Python ints, floats and bools. Leave it out of the model's output, or return it as a tensor"
             )
+        if kind == "int" and isinstance(val, int) and not -(2**63) <= val < 2**63:
+            raise ExportError(f"output {name} is the int {val}, past int64, which a package carries ints in")
+        fake_mode = fake_mode or _fake_mode(graph)
+        dtype = getattr(torch, SCALAR_DTYPES[kind])
+        with graph.inserting_before(output_node):
+            node = graph.call_function(torch.ops.aten.scalar_tensor.default, (value,), {"dtype": dtype})
+        with fake_mode:
+            node.meta["val"] = torch.ops.aten.scalar_tensor.default(val, dtype=dtype)
+        values[position] = node
+        specs[position] = dataclasses.replace(spec, arg=kinds.TensorArgument(name=node.name))
+        found.append(kind)
+    if any(kind != TENSOR_KIND for kind in found):
+        output_node.args = (tuple(values),)
+        program.graph_module.recompile()
+    return found
+
+
+def _scalar_kind(value: object) -> str | None:
+    """"bool", "int" or "float" for a Python scalar or its symbolic form, else None
+    (bool first: a bool is an int in Python)."""
+    if isinstance(value, (bool, torch.SymBool)):
+        return "bool"
+    if isinstance(value, (int, torch.SymInt)):
+        return "int"
+    if isinstance(value, (float, torch.SymFloat)):
+        return "float"
+    return None
+
+
+def _fake_mode(graph: torch.fx.Graph) -> Any:
+    """The fake mode the program was traced in (its symbols' shape env), for the meta
+    value of a node added to it; a fresh one for a graph without tensor inputs."""
+    from torch._guards import detect_fake_mode
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    values = [node.meta.get("val") for node in graph.nodes if node.op == "placeholder"]
+    return detect_fake_mode([v for v in values if isinstance(v, torch.Tensor)]) or FakeTensorMode()
 
 
 def output_names(out_spec: pytree.TreeSpec) -> list[str]:

@@ -16,6 +16,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 
 from ..errors import ModelError
+from ..package.spec_types import SCALAR_DTYPES
 
 if TYPE_CHECKING:
     from .call import CallInputs
@@ -123,16 +124,29 @@ def load_model(target: str, kwargs: dict[str, object] | None = None) -> tuple[nn
 
 def flatten_outputs(value: object) -> list[torch.Tensor]:
     """A model's output (tensor, tuple, list, dict, nested) as the flat list of
-    tensors a package returns, in pytree order.
+    tensors a package returns, in pytree order: a Python int, float or bool as the 0-d
+    tensor of its kind a package carries it in (int64, float64, bool).
 
     Raises:
-        ModelError: a leaf is not a tensor (a package can only return tensors).
+        ModelError: a leaf is none of these (a package returns tensors and Python
+            scalars only).
     """
     leaves = pytree.tree_leaves(value)
+    flat = []
     for i, leaf in enumerate(leaves):
-        if not isinstance(leaf, torch.Tensor):
-            raise ModelError(f"output leaf {i} is a {type(leaf).__name__}; a package can only return tensors")
-    return leaves
+        if isinstance(leaf, torch.Tensor):
+            flat.append(leaf)
+            continue
+        kind = "bool" if isinstance(leaf, bool) else "int" if isinstance(leaf, int) else \
+            "float" if isinstance(leaf, float) else None
+        if kind is None:
+            raise ModelError(f"output leaf {i} is a {type(leaf).__name__}; a package returns tensors and Python ints, "
+                             "floats and bools only")
+        try:
+            flat.append(torch.tensor(leaf, dtype=getattr(torch, SCALAR_DTYPES[kind])))
+        except RuntimeError as error:  # an int past int64
+            raise ModelError(f"output leaf {i} is the int {leaf}, which an int64 cannot hold") from error
+    return flat
 
 
 def _types(values: object) -> str:

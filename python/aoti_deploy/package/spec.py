@@ -33,7 +33,7 @@ from .spec_legacy import legacy_document
 # The spec's vocabulary and types: most of the toolkit reads them from here.
 from .spec_types import (  # noqa: F401
     BITWISE, CLOSE, INT64_MAX, LEGACY_PREFIX, RULES, SCHEMA_VERSION, SPEC_KEY, TENSOR_NAME, TENSOR_NAME_LIMIT,
-    ULP, UNBOUNDED_SCHEMA_VERSION, VALUE_DTYPES, DimSpec, OpRef, SpecError, TensorSpec, Tolerance, ValueRange,
+    ULP, UNBOUNDED_SCHEMA_VERSION, VALUE_DTYPES, OUTPUT_KINDS, SCALAR_DTYPES, TENSOR_KIND, DimSpec, OpRef, SpecError, TensorSpec, Tolerance, ValueRange,
     fmt, malformed, tensor_label, tensor_names,
 )
 
@@ -47,8 +47,9 @@ class PackageSpec:
 
     inputs: list[TensorSpec]
     device: str = "cpu"
-    # The flat outputs (pytree order), for serving configs that declare them. Empty
-    # when not recorded: packages from before, or a model with a non-tensor output.
+    # The flat outputs (pytree order), for serving configs that declare them; a Python
+    # int, float or bool the model returns is a 0-d tensor with its ``kind``. Empty when
+    # not recorded: packages from before, or an output that is neither (None, a string).
     outputs: list[TensorSpec] = field(default_factory=list)
     # True when the model returns its outputs by name (a dict, or a ModelOutput), so
     # the recorded output names are its keys (key paths, for values nested deeper):
@@ -163,7 +164,7 @@ class PackageSpec:
     def describe(self) -> list[tuple[str, str]]:
         """The facts inspect prints, in the same order and words as aoti_runner --inspect."""
         rows = [
-            (f"{name}[{i}]", (f"{spec.name}  " if spec.name else "") + f"{spec.shape_str()} {spec.dtype}")
+            (f"{name}[{i}]", (f"{spec.name}  " if spec.name else "") + spec.describe())
             for name, specs in (("input", self.inputs), ("output", self.outputs))
             for i, spec in enumerate(specs)
         ]

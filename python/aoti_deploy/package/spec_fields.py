@@ -12,7 +12,10 @@ from .dtypes import NAMES
 from .spec_types import (
     CLOSE,
     INT64_MAX,
+    OUTPUT_KINDS,
     RULES,
+    SCALAR_DTYPES,
+    TENSOR_KIND,
     TENSOR_NAME,
     TENSOR_NAME_LIMIT,
     ULP,
@@ -121,9 +124,25 @@ def tensor_specs_of(value: Any, key: str, version: int) -> list[TensorSpec]:
             dims.append(DimSpec(low, high))
         values = None if item.get("values") is None else _value_range(item["values"], dtype, f"{where}.values")
         name = _tensor_name(item["name"], f"{where}.name") if "name" in item else ""
-        specs.append(TensorSpec(tuple(dims), dtype, values, name))
+        kind = _kind(item["kind"], key, where, dtype, dims) if "kind" in item else TENSOR_KIND
+        specs.append(TensorSpec(tuple(dims), dtype, values, name, kind))
     _check_names(specs, key)
     return specs
+
+
+def _kind(value: Any, key: str, where: str, dtype: str, dims: list[DimSpec]) -> str:
+    """An output's ``kind``: one of OUTPUT_KINDS; a scalar's entry is 0-d, of its
+    kind's dtype. Inputs have none: a package takes tensors only."""
+    if key != "outputs":
+        raise malformed(f"{where}.kind: only an output has a kind (a package takes tensors only)")
+    if not isinstance(value, str) or value not in OUTPUT_KINDS:
+        shown = json.dumps(value, ensure_ascii=False)  # cut as the C++ parser's brief_json cuts it
+        raise malformed(f"{where}.kind: expected one of {', '.join(OUTPUT_KINDS)}, got "
+                        f"{shown[:80] + '...' if len(shown) > 80 else shown}")
+    if value != TENSOR_KIND and (dims or dtype != SCALAR_DTYPES[value]):
+        shape = "[" + ", ".join(str(d) for d in dims) + "]"
+        raise malformed(f'{where}: kind "{value}" is a 0-d {SCALAR_DTYPES[value]} tensor, got {shape} {dtype}')
+    return value
 
 
 def _tensor_name(value: Any, where: str) -> str:

@@ -152,6 +152,15 @@ class ValueRange:
         return {"min": self.min, "max": self.max, "why": self.why}
 
 
+# What an output is: a tensor, or a Python scalar the model returns (a SymInt, SymFloat
+# or SymBool, or a constant). Every runtime carries a scalar as a 0-d tensor of its
+# kind's dtype (Python's own widths): the Python API hands back the Python value, the
+# C++ runner writes the 0-d tensor, Triton answers with a one-element tensor.
+TENSOR_KIND = "tensor"
+SCALAR_DTYPES: dict[str, str] = {"int": "int64", "float": "float64", "bool": "bool"}
+OUTPUT_KINDS = (TENSOR_KIND, *SCALAR_DTYPES)
+
+
 # What a tensor's name may be: an identifier, dots allowed after the first character
 # (e.g. "input_ids", "encoder.last_hidden_state"), at most TENSOR_NAME_LIMIT characters.
 TENSOR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
@@ -167,6 +176,13 @@ class TensorSpec:
     # The model's own name for it (e.g. "input_ids", "logits"); "" in packages from
     # before names were recorded.
     name: str = ""
+    # Outputs only: TENSOR_KIND, or the Python scalar the model returns there ("int",
+    # "float", "bool"; dims () and dtype SCALAR_DTYPES[kind]).
+    kind: str = TENSOR_KIND
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.kind != TENSOR_KIND
 
     def shape_str(self) -> str:
         return "[" + ", ".join(str(d) for d in self.dims) + "]"
@@ -178,7 +194,16 @@ class TensorSpec:
             document["values"] = self.values.to_document()
         if self.name:  # written only when recorded: older readers ignore it
             document["name"] = self.name
+        if self.is_scalar:  # written only for a scalar: older readers see a 0-d tensor
+            document["kind"] = self.kind
         return document
+
+    def describe(self) -> str:
+        """What inspect shows of it: "[1..8, 3] float32", or for a scalar output
+        "int (a 0-d int64 tensor)"."""
+        if self.is_scalar:
+            return f"{self.kind} (a 0-d {self.dtype} tensor)"
+        return f"{self.shape_str()} {self.dtype}"
 
 
 def tensor_label(role: str, index: int, specs: list[TensorSpec]) -> str:

@@ -17,7 +17,7 @@ from ..errors import InputError, PackageError
 from ..models.user import import_modules
 from ..ops.loader import LIBRARY_NAME, load_op_libraries, load_op_library
 from ..package.archive import no_loader_message, package_loader_class
-from ..package.spec import PackageSpec
+from ..package.spec import PackageSpec, tensor_label
 from .preflight import check_required_symbols, check_runs_here, this_host
 from .validation import validate_inputs
 
@@ -134,7 +134,8 @@ class LoadedPackage:
         export, and return the model's own output structure: a dict stays a dict, a
         tuple a tuple, a registered dataclass (e.g. transformers' ``ModelOutput``,
         when transformers is installed) the same type; a type that cannot be
-        rebuilt here comes back as a dict by field name.
+        rebuilt here comes back as a dict by field name. A Python int, float or bool
+        the model returns comes back as that Python value.
 
         Raises:
             InputError: arguments of another structure, a baked-in Python value
@@ -145,7 +146,7 @@ class LoadedPackage:
             raise PackageError(f"the AOTI package {self.path} was closed; load it again to run it")
         in_spec, out_spec = self._compiled.specs()
         tensors = call_tensors(args, kwargs, in_spec, self.spec)
-        outputs = self.run(tensors)
+        outputs = python_values(self.run(tensors), self.spec)
         if out_spec is not None and out_spec.num_leaves == len(outputs):
             return pytree.tree_unflatten(outputs, out_spec)
         return outputs_by_name(outputs, self.spec)
@@ -226,7 +227,35 @@ def _call_text(spec: pytree.TreeSpec) -> str:
     )
 
 
-def outputs_by_name(outputs: list[torch.Tensor], spec: PackageSpec) -> dict[str, torch.Tensor]:
+def python_values(outputs: list[torch.Tensor], spec: PackageSpec) -> list[Any]:
+    """The flat outputs as the model returns them: each output the spec records as a
+    Python scalar (kind int, float or bool: a 0-d int64, float64 or bool tensor) as
+    that Python value, every other one as it is."""
+    if len(spec.outputs) != len(outputs) or not any(t.is_scalar for t in spec.outputs):
+        return outputs
+    return [tensor.item() if t.is_scalar else tensor for tensor, t in zip(outputs, spec.outputs)]
+
+
+def scalar_output_lines(outputs: list[torch.Tensor], spec: PackageSpec) -> list[str]:
+    """One line per output the spec records as a Python scalar, as both runners print
+    it after a run: "output[1] (count): int 9", a float with 17 significant digits
+    (%.17g, which reads back as the same float), a bool as true or false. None when
+    the outputs do not line up with the spec's (cpp_runtime/core/aoti_package.cpp's
+    scalar_output_lines says the same)."""
+    if len(spec.outputs) != len(outputs):
+        return []
+    lines = []
+    for k, (tensor, t) in enumerate(zip(outputs, spec.outputs)):
+        if not t.is_scalar or tensor.numel() != 1:
+            continue
+        value = tensor.item()
+        shown = f"{float(value):.17g}" if t.kind == "float" else ("true" if value else "false") if t.kind == "bool" \
+            else str(int(value))
+        lines.append(f"{tensor_label('output', k, spec.outputs)}: {t.kind} {shown}")
+    return lines
+
+
+def outputs_by_name(outputs: list[Any], spec: PackageSpec) -> dict[str, Any]:
     """The outputs as a dict by the spec's names (``output_0``... where none)."""
     names = [t.name for t in spec.outputs] if len(spec.outputs) == len(outputs) else []
     if not all(names):

@@ -173,9 +173,11 @@ def _output_index(name: str, names: TensorNames | None) -> int:
 
 def _as_returned(tensor: torch.Tensor, index: int, names: TensorNames | None) -> torch.Tensor:
     """A response tensor in the package's shape: [batch, 1] back to [batch] for an output
-    the config reshapes (the same bytes)."""
+    the config reshapes, and [1] back to [] for a Python scalar output (the same bytes)."""
     if names is not None and index in names.reshaped_outputs and tensor.dim() == 2 and tensor.shape[1] == 1:
         return tensor.reshape(tensor.shape[0])
+    if names is not None and index in names.scalar_outputs and tensor.shape == (1,):
+        return tensor.reshape(())
     return tensor
 
 
@@ -185,7 +187,8 @@ def infer(
     """One inference request: ``inputs`` sent under the model's input names (binary
     data over HTTP), every output returned (binary), in the order of its output names.
     Tensors are in the package's shapes: one that is only its batch dim ([batch], which
-    the config reshapes) travels as [batch, 1] and comes back as [batch].
+    the config reshapes) travels as [batch, 1] and comes back as [batch]; a Python
+    scalar output travels as a one-element tensor [1] and comes back 0-d.
 
     Args:
         url_or_client: "http://host:port" or "host:port" (a client is made and closed

@@ -48,7 +48,9 @@ class TritonTensor(NamedTuple):
     dims: tuple[int, ...]  # -1 for a dynamic size; without dim 0 when the model is batched
     # Triton's reshape: the model's own shape (without dim 0) when requests carry another.
     # Only for a tensor that is its batch dim alone in a batched model: dims (1,), reshape
-    # (), so requests carry [batch, 1] and the model takes or returns [batch].
+    # (), so requests carry [batch, 1] and the model takes or returns [batch]. (A Python
+    # scalar output is dims (1,) with no reshape: Triton refuses an empty reshape in a
+    # model without batching, so the backend itself answers [1] for the 0-d tensor.)
     reshape: tuple[int, ...] | None = None
 
 
@@ -224,6 +226,10 @@ class TensorNames(NamedTuple):
     # the model's [batch] (Triton's reshape, ``served_dims``).
     reshaped_inputs: tuple[int, ...] = ()
     reshaped_outputs: tuple[int, ...] = ()
+    # The positions of the Python scalar outputs (int, float, bool), which responses
+    # carry as a one-element tensor [1] for the model's 0-d one. Known from the spec
+    # only: a config declares them as any [1] output.
+    scalar_outputs: tuple[int, ...] = ()
 
     @classmethod
     def of_spec(cls, spec: PackageSpec) -> "TensorNames":
@@ -233,8 +239,9 @@ class TensorNames(NamedTuple):
         return cls(
             tuple(served_name(spec.inputs, i, INPUT_PREFIX) for i in range(len(spec.inputs))),
             tuple(served_name(spec.outputs, k, OUTPUT_PREFIX) for k in range(len(spec.outputs))),
-            tuple(i for i, t in enumerate(spec.inputs) if served_dims(t, batched)[1] is not None),
-            tuple(k for k, t in enumerate(spec.outputs) if served_dims(t, batched)[1] is not None),
+            tuple(i for i, t in enumerate(spec.inputs) if batched and served_dims(t, batched)[1] is not None),
+            tuple(k for k, t in enumerate(spec.outputs) if batched and served_dims(t, batched)[1] is not None),
+            tuple(k for k, t in enumerate(spec.outputs) if t.is_scalar),
         )
 
     @classmethod
@@ -280,7 +287,12 @@ def served_dims(tensor: TensorSpec, batched: bool) -> tuple[tuple[int, ...], tup
     """A tensor's config ``dims`` and ``reshape`` (None: none written). In a batched
     model the batch dim is left out of both; a tensor that is only its batch dim is
     declared [1] and reshaped to [] (Triton's convention: requests carry [batch, 1], the
-    model sees [batch]; the backend accepts exactly this, model_config.cpp)."""
+    model sees [batch]; the backend accepts exactly this, model_config.cpp). A Python
+    scalar output (an int, float or bool, 0-d in the package; never batched) is
+    declared [1], with no reshape (Triton refuses an empty one without batching): the
+    backend answers with a one-element tensor."""
+    if tensor.is_scalar:
+        return (1,), None
     if not batched:
         return _config_dims(tensor.dims), None
     if len(tensor.dims) == 1:
@@ -320,6 +332,9 @@ def batch_dim(spec: PackageSpec) -> tuple[DimSpec | None, str]:
         if tensor.dims[0] != dim:
             return None, f"not batched: input {i}'s dim 0 ({tensor.dims[0]}) differs from input 0's ({dim})"
     for k, tensor in enumerate(outputs):
+        if tensor.is_scalar:
+            return None, (f"not batched: output {k} is a Python {tensor.kind}, one value for the whole call, which "
+                          "requests merged into one batch could not each get")
         if not tensor.dims or tensor.dims[0] != dim:
             got = tensor.dims[0] if tensor.dims else "none, a scalar"
             return None, f"not batched: output {k}'s dim 0 ({got}) is not the inputs' batch dim ({dim})"
@@ -385,7 +400,7 @@ def triton_config(
     if dim is None:
         for label, names, tensors in (("input", input_names, spec.inputs), ("output", output_names, outputs)):
             for i, tensor in enumerate(tensors):
-                if not tensor.dims:
+                if not tensor.dims and not tensor.is_scalar:
                     raise PackageError(
                         f"{label} {i} ({names[i]}) is a scalar (0-d); Triton serves no scalar tensors in a model "
                         "without batching. Export the model with a 1-element dim instead.",
