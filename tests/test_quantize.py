@@ -103,7 +103,7 @@ def test_a_compile_that_falls_back_to_fp32_is_refused(tmp_path: Path) -> None:
         ad.export(model, args, quantize="int8", calibration=calibration(2), package_path=tmp_path / "f.pt2",
                   inductor_configs={"freezing": False})
     message = str(raised.value)
-    assert "would silently run in fp32: 2 of 2 quantized convolution(s) compiled to fp32 kernels" in message
+    assert "would silently run in fp32: 2 of 2 quantized convolution(s) compiled without an int8 kernel" in message
     assert "freezing" in message
     assert not (tmp_path / "f.pt2").exists()
 
@@ -204,3 +204,34 @@ def test_bf16_is_refused_on_a_host_without_it() -> None:
     assert bf16_flag({"avx512f", "amx_bf16"}) == "amx_bf16"
     with pytest.raises(InputError, match="do not combine"):
         ad.export(torch.nn.Linear(2, 2), (torch.randn(1, 2),), precision="bf16", quantize="int8-dynamic")
+
+
+class _Masked(torch.nn.Module):
+    """Logits with -inf where a mask says so, as attention and classifier heads do."""
+
+    def __init__(self, shift: float = 0.0) -> None:
+        super().__init__()
+        self.shift = shift
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x + self.shift).masked_fill(x > 1, float("-inf"))
+
+
+def test_drift_ignores_infinities_both_models_share_and_refuses_ones_they_do_not() -> None:
+    from aoti_deploy.compiler.quantize import drift
+    from aoti_deploy.models.call import CallInputs
+
+    call = [CallInputs.of((torch.tensor([[0.5, 2.0, -1.0]]),), None)]
+    moved = drift(_Masked(), _Masked(0.25), call)
+    assert moved["max_abs"] == 0.25 and moved["top1_agreement"] == 1.0
+    with pytest.raises(ExportError, match="becomes infinite or NaN where the fp32 model's is not"):
+        drift(_Masked(), torch.nn.Identity(), call)
+
+
+def test_a_low_precision_package_verifies_against_its_own_model_again(digits_int8: ad.Package, tmp_path: Path) -> None:
+    _, (x_test, _) = digits()
+    assert digits_int8.verify(x_test[:60]).passed  # against the quantized model, not fp32
+    if set(BF16_FLAGS) & host_cpu_flags():  # the same bf16 export twice: checked against the bf16 model both times
+        model, x = torch.nn.Linear(16, 4).eval(), torch.randn(3, 16)
+        for _ in range(2):
+            assert ad.export(model, (x,), precision="bf16", package_path=tmp_path / "again.pt2").report.passed

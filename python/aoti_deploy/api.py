@@ -153,7 +153,9 @@ def export(
             ``tolerance`` (also "bitwise", "close", {"rtol": R, "atol": A} or
             {"max_ulp": N}), ``input_values``, ``allow_python_ops``,
             ``inductor_configs``, ``device``, ``force``, ``target``, ``onnx_mode``,
-            ``seed``, ``optimize``, ``references``.
+            ``seed``, ``optimize``, ``tune_budget``, ``references``; ``quantize``
+            ("int8" or "int8-dynamic") with ``calibration`` (a list of calls), and
+            ``precision`` ("bf16"): see docs/int8.md.
 
     Returns:
         The verified Package; ``report`` holds the comparison against eager, and
@@ -210,7 +212,8 @@ def export(
         error.report = report  # type: ignore[attr-defined]
         error.result = result  # type: ignore[attr-defined]
         raise error
-    package = Package(result.package_path, result.spec, report=report, model=eager, example=call)
+    reference = result.reference_model if result.reference_model is not None else eager
+    package = Package(result.package_path, result.spec, report=report, model=reference, example=call)
     package._libraries = list(result.op_libraries)
     package.result = result
     return package

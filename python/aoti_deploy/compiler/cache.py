@@ -218,8 +218,8 @@ def _calibration_digest(calibration: Any) -> str:
     digest.update(repr(structure).encode())
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
-            tensor = leaf.detach().cpu().contiguous()
-            digest.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
+            tensor = leaf.detach().cpu().contiguous().reshape(-1)
+            digest.update(f"{tensor.dtype}{tuple(leaf.shape)}".encode())
             digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
         else:
             digest.update(repr(leaf).encode())

@@ -115,6 +115,9 @@ class ExportOptions:
             raise InputError(f"tune_budget must be a positive number of seconds; got {self.tune_budget!r}")
         if self.quantize is not None:
             self._validate_quantize()
+        elif self.calibration is not None:
+            raise InputError("calibration is for quantize='int8' (or 'int8-dynamic'), and this export does not "
+                             "quantize: pass quantize too, or drop calibration")
         if self.precision != "fp32":
             self._validate_precision()
         if self.inductor_configs:

@@ -16,7 +16,7 @@ from ..errors import ExportError
 from ..models.identity import IdentityModel, IdentityOutModel
 from ..ops.loader import libraries_for, namespaces_by_library
 from ..package.archive import rewrite_package_metadata
-from ..package.host import target_cpu_flags
+from ..package.host import host_cpu_flags, target_cpu_flags
 from ..package.spec import PackageSpec
 from ..verify.tolerance import CLOSE, Tolerance
 from .compile import compile_package
@@ -34,6 +34,9 @@ from .export import (
 from .index_guards import compile_with_checks_outside_parallel, guard_indices
 from .optimize import optimize_program
 from .precision import BF16_FLAGS, BF16Model, bf16_flag
+
+# The host flags of int8 dot products (oneDNN's u8*s8 kernels), as an int8 package records them.
+VNNI_FLAGS = ("avx512_vnni", "avx_vnni")
 from .quantize import calibration_calls, check_int8_kernels, drift, quantize_module, quantized_counts
 from .options import ExportOptions
 from .stages import ExportRun
@@ -68,7 +71,10 @@ def export_graph(
         # Packages are for inference: tracing without autograd keeps the graph free of
         # training-only state (and lets out= ops, which refuse autograd, export).
         precision_note = ""
-        if options.precision == "bf16" and program is None:
+        if options.precision == "bf16":
+            if program is not None:
+                raise ExportError("precision='bf16' converts the model before it is exported, and this export was "
+                                  "given an ExportedProgram: pass the nn.Module instead, or export it in bf16 yourself")
             precision_note = _to_bf16(run)
             example = run.example
         if program is None:
@@ -124,6 +130,11 @@ def _to_bf16(run: ExportRun) -> str:
     """The run's model becomes its bf16 copy (precision.py), the eager reference too;
     returns the note for the optimizations record, with the drift from fp32."""
     example, options = run.example, run.options
+    others = sorted({str(t.dtype).removeprefix("torch.") for t in [*example.model.parameters(), *example.model.buffers()]
+                     if t.is_floating_point() and t.dtype != torch.float32})
+    if others:
+        raise ExportError(f"precision='bf16' converts a float32 model, and this one holds {', '.join(others)} "
+                          "weights: convert it to float32 first, or export it as it is")
     converted = BF16Model(example.model).eval()
     moved = drift(example.model, converted, [example.call])
     run.example = replace(example, model=converted)
@@ -146,11 +157,15 @@ def drift_rule(moved: float) -> Tolerance:
 
 
 def _cpu_flags(options: ExportOptions) -> list[str]:
-    """The flags a host needs: the target's, and for a bf16 package the flag that makes
-    bfloat16 native."""
+    """The flags a host needs: the target's; for a bf16 package the flag that makes
+    bfloat16 native, and for an int8 one this host's VNNI."""
     flags = target_cpu_flags(options.cpu_target)
     if options.precision == "bf16" and not set(flags) & set(BF16_FLAGS):
         flags = sorted([*flags, bf16_flag()])
+    if options.quantize and not set(flags) & set(VNNI_FLAGS):
+        # oneDNN picks its int8 kernels by the host's instructions at run time, and without
+        # VNNI its u8*s8 sums saturate: other bits, beyond the package's rule.
+        flags = sorted([*flags, *(set(VNNI_FLAGS) & host_cpu_flags())])
     return flags
 
 

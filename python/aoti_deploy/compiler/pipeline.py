@@ -112,8 +112,10 @@ def export_and_compile(
         example_inputs=example.inputs, checks=[], op_libraries=libraries, tolerance=tolerance,
         model_name=example.name, reference_dir=options.references, timings=timings,
     )
-    if cached is not None and options.quantize and cached.eager_check != tolerance:
-        cached = None  # checking it again needs the quantized model: quantize and compile again
+    if cached is not None and (options.quantize or options.precision != "fp32"):
+        # An int8 or bf16 package is checked against its low-precision model, which only
+        # the export makes, under a rule from its drift: export and compile again.
+        cached = None
     if cached is not None and cached.eager_check == tolerance:
         return _reuse(cached, run, result)
     if cached is not None:
@@ -131,7 +133,9 @@ def export_and_compile(
             raise
     else:
         exported = export_graph(run, dynamic_shapes, program)
-        result.tolerance = run.tolerance  # an int8 export's rule comes from its drift
+        result.tolerance = run.tolerance  # an int8 or bf16 export's rule comes from its drift
+        if options.quantize or options.precision != "fp32":
+            result.reference_model = run.example.model  # the low-precision model, for Package.verify
         result.calls, result.graph = exported.calls, exported.graph_text
         if options.optimize == TUNE:
             tune(run, exported, key, result)

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..errors import CompileError, InputError
+from ..errors import CompileError, ExportError, InputError
 from ..models.call import CallInputs
 from ..models.user import flatten_outputs
 
@@ -105,7 +105,13 @@ def quantize_module(program: torch.export.ExportedProgram, mode: str, calls: lis
         from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
 
     quantizer = x86.X86InductorQuantizer()
-    quantizer.set_global(x86.get_default_x86_inductor_quantization_config(is_dynamic=mode == "int8-dynamic"))
+    if mode == "int8-dynamic":
+        # Inductor has int8 kernels with per-call activation scales for linears only:
+        # a dynamically quantized convolution would run in fp32.
+        quantizer.set_module_type_qconfig(torch.nn.Linear,
+                                          x86.get_default_x86_inductor_quantization_config(is_dynamic=True))
+    else:
+        quantizer.set_global(x86.get_default_x86_inductor_quantization_config())
     with torch.no_grad():
         prepared = prepare_pt2e(program.module(), quantizer)
         for number, call in enumerate(calls):
@@ -144,18 +150,34 @@ def quantized_counts(graph: torch.fx.Graph) -> dict[str, int]:
 
 
 def drift(fp32: torch.nn.Module, quantized: torch.nn.Module, calls: list[CallInputs]) -> dict[str, Any]:
-    """How far the quantized model is from the fp32 one on ``calls``: the largest
-    absolute difference of any floating output, and for the first floating output
-    with classes in its last dim, the share of rows whose top-1 agrees."""
+    """How far the low-precision model is from the fp32 one on ``calls``: the largest
+    absolute difference of any floating output (where both are finite), and for the
+    first floating output with classes in its last dim, the share of rows whose top-1
+    agrees.
+
+    Raises:
+        ExportError: an output finite in one model and not in the other (or NaN
+            against inf), where no tolerance can hold the two together.
+    """
     max_abs, agree, rows = 0.0, 0, 0
     with torch.no_grad():
-        for call in calls:
+        for number, call in enumerate(calls):
             pairs = zip(flatten_outputs(call.call(fp32)), flatten_outputs(call.call(quantized)))
             first = True
-            for ref, out in pairs:
+            for index, (ref, out) in enumerate(pairs):
                 if not (isinstance(ref, torch.Tensor) and ref.is_floating_point()):
                     continue
-                max_abs = max(max_abs, float((ref.double() - out.double()).abs().max()) if ref.numel() else 0.0)
+                ref, out = ref.double(), out.double()
+                finite = torch.isfinite(ref)
+                same_special = (ref == out) | (torch.isnan(ref) & torch.isnan(out))
+                if not bool((finite == torch.isfinite(out)).all() and (finite | same_special).all()):
+                    raise ExportError(
+                        f"in lower precision, output {index} of call {number} becomes infinite or NaN where the "
+                        "fp32 model's is not (or the other way round), so no tolerance can check the package "
+                        "against it: keep this model in fp32, or quantize a model that stays finite"
+                    )
+                if bool(finite.any()):
+                    max_abs = max(max_abs, float((ref[finite] - out[finite]).abs().max()))
                 if first and ref.dim() >= 1 and ref.shape[-1] >= 2:
                     agree += int((ref.argmax(-1) == out.argmax(-1)).sum())
                     rows += ref.numel() // ref.shape[-1]
@@ -174,21 +196,18 @@ def compiled_int8_kernels(package_path: str | Path) -> dict[str, int]:
 
 
 def check_int8_kernels(package_path: str | Path, record: dict[str, Any], configs: dict[str, Any]) -> dict[str, Any]:
-    """Refuse a package whose compiled code runs a quantized convolution or linear in
-    fp32; return the record with what the compiled code runs."""
+    """Refuse a package whose compiled code runs a quantized convolution or linear
+    other than as oneDNN's int8 kernel (an fp32 kernel on dequantized weights, or
+    Inductor's own loop); return the record with what the compiled code runs."""
     found = compiled_int8_kernels(package_path)
-    convs, fp32 = record["convolutions"], record["fp32_heavy"]
-    problems = []
-    if found["convolutions"] < convs:
-        problems.append(f"{convs - found['convolutions']} of {convs} quantized convolution(s) compiled to fp32 "
-                        "kernels")
-    if found["fp32_heavy"] > fp32:
-        problems.append(f"the code calls {found['fp32_heavy']} fp32 convolution/GEMM kernel(s) where the quantized "
-                        f"graph leaves {fp32} op(s) in fp32")
+    problems = [f"{record[kind] - found[kind]} of {record[kind]} quantized {label} compiled without an int8 kernel"
+                for kind, label in (("convolutions", "convolution(s)"), ("linears", "linear(s)"))
+                if found[kind] < record[kind]]
     if problems:
         hint = ("Inductor lowers quantized ops to int8 kernels only with freezing on (the toolkit's default), "
-                "and this compile ran without it: drop freezing=False or --no-optimize" if not configs.get("freezing") else
-                "report the model: Inductor did not match these ops to its int8 patterns")
+                "and this compile ran without it: drop freezing=False or --no-optimize" if not configs.get("freezing")
+                else "Inductor did not match these ops to its int8 patterns (it computes some small or shared "
+                "linears in its own loops, from dequantized weights): export this model in fp32 or bf16")
         raise CompileError(
             "the int8 package would silently run in fp32: " + "; ".join(problems) + f" ({found['convolutions']} "
             f"int8 convolution(s) and {found['linears']} int8 GEMM(s) in the compiled code). {hint}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -50,6 +51,9 @@ class BuildResult:
     # The speed settings (compiler/speed.py) the package was compiled with, and those
     # dropped for this model with the reason (its compile failed, or its check).
     speed_settings: list[str] = field(default_factory=list)
+    # An int8 or bf16 export: the low-precision model in eager, which the package is
+    # checked against (not the fp32 model the caller gave).
+    reference_model: Any = None
     dropped_settings: list[tuple["SpeedSetting", str]] = field(default_factory=list)
 
     @property
