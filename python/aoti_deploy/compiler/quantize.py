@@ -27,13 +27,12 @@ from ..errors import CompileError, ExportError, InputError
 from ..models.call import CallInputs
 from ..models.user import flatten_outputs
 
-
 _CONVS = {"aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default", "aten.convolution.default"}
 _LINEARS = {"aten.linear.default", "aten.addmm.default", "aten.mm.default"}
 _MATMULS = {"aten.matmul.default", "aten.bmm.default", "aten.baddbmm.default"}
 _DEQUANTIZE = re.compile(r"quantized_decomposed\.dequantize_per_(channel|tensor)")
-# Calls in the generated wrapper: oneDNN's int8 kernels, and the fp32 ones a quantized
-# op falls back to.
+# Calls in the generated wrapper: oneDNN's int8 kernels (each quantized op must have
+# one), and the fp32 convolutions and GEMMs (counted for the record).
 _INT8_CONV = re.compile(r"\baoti_torch_cpu__qconv\w*\(")
 _INT8_LINEAR = re.compile(r"\baoti_torch_cpu__qlinear\w*\(")
 _FP32_HEAVY = re.compile(
