@@ -539,8 +539,13 @@ def test_load_model_calls_the_factory_with_its_arguments():
 def test_flatten_outputs_keeps_pytree_order():
     a, b, c = torch.zeros(1), torch.ones(1), torch.full((1,), 2.0)
     assert flatten_outputs((a, [b, {"k": c}])) == [a, b, c]
-    with pytest.raises(ModelError, match="leaf 1 is a int"):
-        flatten_outputs((a, 3))
+    # A Python scalar becomes the 0-d tensor of its kind, as a package carries it.
+    flat = flatten_outputs((a, 3, 0.5, True))
+    assert [(t.dtype, t.item()) for t in flat[1:]] == [(torch.int64, 3), (torch.float64, 0.5), (torch.bool, True)]
+    with pytest.raises(ModelError, match="leaf 1 is a str"):
+        flatten_outputs((a, "three"))
+    with pytest.raises(ModelError, match="leaf 1 is the int 36893488147419103232, which an int64 cannot hold"):
+        flatten_outputs((a, 2**65))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])

@@ -144,7 +144,7 @@ def flatten_outputs(value: object) -> list[torch.Tensor]:
                              "floats and bools only")
         try:
             flat.append(torch.tensor(leaf, dtype=getattr(torch, SCALAR_DTYPES[kind])))
-        except RuntimeError as error:  # an int past int64
+        except (RuntimeError, ValueError, OverflowError) as error:  # an int past int64
             raise ModelError(f"output leaf {i} is the int {leaf}, which an int64 cannot hold") from error
     return flat
 
