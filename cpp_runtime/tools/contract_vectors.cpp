@@ -29,6 +29,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -113,6 +114,24 @@ struct TemporaryTree {
   }
 };
 
+// The backend's reading of a config with these inputs and outputs, checked against the
+// package's spec as a model load checks it; nullopt where the backend refuses it.
+std::optional<aoti_triton::ModelConfig> checked_config(const aoti_runner::PackageSpec& spec, int64_t max_batch_size,
+                                                       const json& inputs, const json& outputs) {
+  const json document = {{"name", "m"},
+                         {"max_batch_size", max_batch_size},
+                         {"input", inputs},
+                         {"output", outputs},
+                         {"instance_group", json::array({{{"kind", "KIND_CPU"}, {"count", 1}}})}};
+  try {
+    auto config = aoti_triton::parse_model_config(document);
+    aoti_triton::check_config_against_spec(config, spec);
+    return config;
+  } catch (const RunnerError&) {
+    return std::nullopt;
+  }
+}
+
 // The batching suite's verdict for the batched config the writer would write: its
 // max_batch_size and reshaped tensors, or "not_batched" when the backend refuses it.
 json batched_verdict(const aoti_runner::PackageSpec& spec, bool drop_reshape) {
@@ -142,18 +161,12 @@ json batched_verdict(const aoti_runner::PackageSpec& spec, bool drop_reshape) {
     }
     return result;
   };
-  const json document = {{"name", "m"},
-                         {"max_batch_size", max_batch_size},
-                         {"input", entries(spec.inputs, aoti_triton::kInputPrefix)},
-                         {"output", entries(spec.outputs, aoti_triton::kOutputPrefix)},
-                         {"instance_group", json::array({{{"kind", "KIND_CPU"}, {"count", 1}}})}};
-  aoti_triton::ModelConfig config;
-  try {
-    config = aoti_triton::parse_model_config(document);
-    aoti_triton::check_config_against_spec(config, spec);
-  } catch (const RunnerError&) {
+  const auto checked = checked_config(spec, max_batch_size, entries(spec.inputs, aoti_triton::kInputPrefix),
+                                      entries(spec.outputs, aoti_triton::kOutputPrefix));
+  if (!checked) {
     return "not_batched";
   }
+  const auto& config = *checked;
   json verdict = {{"max_batch_size", config.max_batch_size}};
   const auto reshaped = [](const std::vector<aoti_triton::ConfigTensor>& tensors) {
     json positions = json::array();
@@ -188,18 +201,12 @@ json scalar_verdict(const aoti_runner::PackageSpec& spec, const json& scalar_dim
     }
     return result;
   };
-  const json document = {{"name", "m"},
-                         {"max_batch_size", 0},
-                         {"input", entries(spec.inputs, aoti_triton::kInputPrefix)},
-                         {"output", entries(spec.outputs, aoti_triton::kOutputPrefix)},
-                         {"instance_group", json::array({{{"kind", "KIND_CPU"}, {"count", 1}}})}};
-  aoti_triton::ModelConfig config;
-  try {
-    config = aoti_triton::parse_model_config(document);
-    aoti_triton::check_config_against_spec(config, spec);
-  } catch (const RunnerError&) {
+  const auto checked = checked_config(spec, 0, entries(spec.inputs, aoti_triton::kInputPrefix),
+                                      entries(spec.outputs, aoti_triton::kOutputPrefix));
+  if (!checked) {
     return "refused";
   }
+  const auto& config = *checked;
   json positions = json::array();
   for (size_t k = 0; k < spec.outputs.size(); ++k) {
     if (spec.outputs[k].is_scalar()) {
