@@ -375,23 +375,12 @@ def test_a_malformed_name_gets_the_same_message_in_both(cpp_verdicts):
         assert cpp_verdicts["spec"][vector["name"]]["message"] == str(error.value), vector["name"]
 
 
-def test_a_malformed_quantization_record_gets_the_vector_message_in_both(cpp_verdicts):
-    """The quantization record is checked by one rule on each side: a bad one gets the
-    message its vector gives, word for word, in both."""
-    cases = [v for v in _vectors("spec") if v["name"].startswith("quantization_") and "error" in v["expect"]]
-    assert len(cases) >= 7
-    for vector in cases:
-        with pytest.raises(SpecError) as error:
-            PackageSpec.from_metadata(_metadata(vector), "vector")
-        assert str(error.value) == vector["message"], vector["name"]
-        assert cpp_verdicts["spec"][vector["name"]]["message"] == vector["message"], vector["name"]
-
-
-def test_a_malformed_output_kind_gets_the_vector_message_in_both(cpp_verdicts):
-    """An output's kind (a tensor, or the Python int, float or bool the model returns)
-    is checked by one rule on each side: a bad one gets its vector's message, word for
-    word, in both."""
-    cases = [v for v in _vectors("spec") if v["name"].startswith("output_kind_") and "error" in v["expect"]]
+@pytest.mark.parametrize("prefix", ["quantization_", "output_kind_"])
+def test_a_malformed_field_gets_the_vector_message_in_both(prefix, cpp_verdicts):
+    """The quantization record and an output's kind (a tensor, or the Python int, float
+    or bool the model returns) are each checked by one rule on each side: a bad one
+    gets the message its vector gives, word for word, in both."""
+    cases = [v for v in _vectors("spec") if v["name"].startswith(prefix) and "error" in v["expect"]]
     assert len(cases) >= 7
     for vector in cases:
         with pytest.raises(SpecError) as error:

@@ -17,7 +17,7 @@ import io
 import logging
 import re
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,13 +73,8 @@ def calibration_calls(calibration: Any, example: CallInputs) -> list[CallInputs]
     """The calibration as calls like the example's: each item the model's positional
     args (a tuple, or one tensor), or a dict of keyword args for a model called with
     keywords only."""
-    if calibration is None:
+    if calibration is None:  # its form (a list or tuple) is ExportOptions.validate's to check
         return []
-    if isinstance(calibration, torch.Tensor) or not isinstance(calibration, Sequence):
-        raise InputError(
-            "calibration must be a list of calls, each the model's positional args (a tuple, or one tensor) "
-            f"or a dict of keyword args; got {type(calibration).__name__}. Wrap one batch as [batch]"
-        )
     calls = []
     for number, item in enumerate(calibration):
         if isinstance(item, dict):
