@@ -280,7 +280,7 @@ const char* floor_name(Floor floor) {
 }  // namespace
 
 BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>& inputs,
-                          const BenchOptions& options) {
+                          const BenchOptions& options, std::shared_ptr<UnpackedPackage> unpacked) {
   if (options.iterations < 1 || options.threads < 1 || options.warmup < 0) {
     throw RunnerError("--bench needs at least 1 iteration and 1 thread.");
   }
@@ -292,7 +292,7 @@ BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>
   PackageLoader loader;
   std::vector<at::Tensor> reference;
   // One loader, one runner per serving thread: run() lends each call a free runner.
-  loader = load_package(path, static_cast<size_t>(options.threads));
+  loader = load_package(path, static_cast<size_t>(options.threads), -1, "", std::move(unpacked));
   try {
     reference = loader->run(inputs);
   } catch (const c10::Error& e) {

@@ -7,11 +7,14 @@
 #include <ATen/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace aoti_runner {
+
+class UnpackedPackage;
 
 // What the memory floor times: the least data movement the package's work implies,
 // with copy_ into buffers allocated before timing (no allocation, no page faults).
@@ -69,8 +72,9 @@ struct BenchResult {
 // compares each run's output bits with the reference (outside each run's timer).
 // On a CUDA package every timed run (and the floor) ends with a device synchronize
 // inside its timer, since AOTI's run only queues the kernels.
+// `unpacked`: as load_package takes it.
 BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>& inputs,
-                          const BenchOptions& options);
+                          const BenchOptions& options, std::shared_ptr<UnpackedPackage> unpacked = nullptr);
 
 // Serving throughput: all timed runs over the wall time of the timed region (which
 // also holds the bit checks between runs, in every thread alike).

@@ -304,12 +304,45 @@ def test_a_tampered_bundle_is_refused_before_native_code_runs(case: str, runtime
     bundle = copy_bundle(signed.bundle, tmp_path / "bundle")
     tamper(case, bundle, signed, keys, build)
     marker = tmp_path / "marker"
+    temp = tmp_path / "tmpdir"
+    temp.mkdir()
     result = run_runtime(runtime, build, bundle, "--trusted-key", keys.public("signing"), cwd=tmp_path,
-                         MARKER_PATH=str(marker))
+                         MARKER_PATH=str(marker), TMPDIR=str(temp))
     assert result.returncode == 2, result.stdout + result.stderr
     assert TAMPER_CASES[case] in result.stderr, result.stderr
     assert "loaded op library" not in result.stdout
     assert not marker.exists(), f"native code from the tampered bundle ran ({case})"
+    # What was unpacked while it was hashed goes with the refusal.
+    assert not any(temp.iterdir()), sorted(p.name for p in temp.rglob("*"))
+
+
+def test_a_verified_package_is_checked_as_a_bare_one_is(build: Build, signed: Signed, keys: Keys,
+                                                       tmp_path: Path) -> None:
+    """The verified runner reads its package's spec from what it unpacked while hashing
+    (the index from memory, every entry from its file), the bare one from the file: a
+    signed package with a broken JSON entry outside the model's folder, which only the
+    spec check reads, is refused by both in the same words."""
+    bundle = copy_bundle(signed.bundle, tmp_path / "bundle")
+    package = bundle / "model.pt2"
+    with zipfile.ZipFile(package, "a") as archive:
+        name = archive.namelist()[0].split("/")[0] + "/extra/notes.json"
+        archive.writestr(name, b"{not json")
+    # Signed with model-signing's own CLI: the bundle command would refuse the package.
+    (bundle / "model.sig").unlink()
+    result = run_cmd(Path(sys.executable).parent / "model_signing", "sign", "key", bundle, "--private_key",
+                     keys.private("signing"), "--signature", bundle / "model.sig")
+    assert result.returncode == 0, result.stdout + result.stderr
+    words = f"{name} is not valid JSON"
+    bare = run_cmd(build.runner, package, build.op_library, cwd=tmp_path)
+    assert bare.returncode == 2 and words in bare.stderr, bare.stdout + bare.stderr
+    temp = tmp_path / "tmpdir"
+    temp.mkdir()
+    verified = run_cmd(build.runner, bundle, "--trusted-key", keys.public("signing"), cwd=tmp_path,
+                       env={**os.environ, "TMPDIR": str(temp)})
+    assert verified.returncode == 2, verified.stdout + verified.stderr
+    assert "model.pt2 (verified, unpacked as it was hashed)" in verified.stderr, verified.stderr
+    assert words in verified.stderr, verified.stderr
+    assert not any(temp.iterdir())
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
@@ -400,7 +433,8 @@ def test_what_runs_is_the_verified_copy(runtime: str, build: Build, signed: Sign
     assert process.returncode == 0, output + errors
     assert "PASSED" in output
     if runtime == "cpp":
-        assert first_line.rstrip().endswith("running the sealed copy in memory (each file read once; nothing on disk)")
+        assert first_line.rstrip().endswith("running what was hashed (each file read once: the libraries sealed in "
+                                            "memory, the package unpacked as it was read)")
         assert f"loaded op library {bundle}/libidentity_conv_ops.so (verified, sealed in memory)" in output
         assert "loaded object: /memfd:libidentity_conv_ops.so (deleted)" in output
         assert f"loaded object: {bundle}/libidentity_conv_ops.so" not in output

@@ -42,14 +42,20 @@ void PackageLoaderDeleter::operator()(torch::inductor::AOTIModelPackageLoader* l
   kept.reset();  // the folder goes after the loader that reads it
 }
 
-PackageLoader load_package(const std::string& path, size_t num_runners, int device_index, const std::string& shown) {
+PackageLoader load_package(const std::string& path, size_t num_runners, int device_index, const std::string& shown,
+                           std::shared_ptr<UnpackedPackage> unpacked) {
   const auto& name = shown.empty() ? path : shown;
   if (num_runners < 1) {
     throw RunnerError("a package loader needs at least 1 runner, got 0.");
   }
+  if (unpacked && unpacked->dir().empty()) {
+    throw RunnerError("internal error: the unpacked package " + name + " was loaded once already.");
+  }
   try {
 #if AOTI_DEPLOY_LOADER_READS_FOLDERS
-    auto unpacked = std::make_shared<UnpackedPackage>(path, name);
+    if (!unpacked) {
+      unpacked = std::make_shared<UnpackedPackage>(path, name);
+    }
     const auto lock = lock_torch_globals();
     PackageLoader loader(new torch::inductor::AOTIModelPackageLoader(unpacked->dir(), "model",
                                                                      /*run_single_threaded=*/false, num_runners,
@@ -65,6 +71,9 @@ PackageLoader load_package(const std::string& path, size_t num_runners, int devi
     }
     return loader;
 #else
+    if (unpacked) {
+      throw RunnerError("this torch's loader cannot load an unpacked package folder (torch 2.13 or later can).");
+    }
     // A torch whose loader cannot read an unpacked folder extracts the package itself,
     // into a temp folder it removes when the loader is destroyed.
     const auto lock = lock_torch_globals();
@@ -160,8 +169,8 @@ class StderrHold {
 }  // namespace
 
 std::vector<at::Tensor> run_package(const std::string& path, const std::vector<at::Tensor>& inputs,
-                                    const std::string& shown) {
-  auto loader = load_package(path, 1, -1, shown);
+                                    const std::string& shown, std::shared_ptr<UnpackedPackage> unpacked) {
+  auto loader = load_package(path, 1, -1, shown, std::move(unpacked));
   StderrHold hold;
   try {
     auto outputs = loader->run(inputs);

@@ -41,13 +41,16 @@ using PackageLoader = std::unique_ptr<torch::inductor::AOTIModelPackageLoader, P
 // package leaves no file behind, even if the process is killed. A CUDA package keeps its
 // folder until the loader is destroyed. Built under lock_torch_globals(). Throws a
 // RunnerError with the loader's first line.
+// With `unpacked` (a verified package unpacked as it was hashed: UnpackedPackage::hashed),
+// the loader is built from that folder and `path` is not read; such a folder serves one
+// loader.
 PackageLoader load_package(const std::string& path, size_t num_runners = 1, int device_index = -1,
-                           const std::string& shown = "");
+                           const std::string& shown = "", std::shared_ptr<UnpackedPackage> unpacked = nullptr);
 
 // Loads the package and runs it once on validated inputs (in a single-threaded process:
 // stderr is held during the run, to drop the runtime's echo of an error).
 std::vector<at::Tensor> run_package(const std::string& path, const std::vector<at::Tensor>& inputs,
-                                    const std::string& shown = "");
+                                    const std::string& shown = "", std::shared_ptr<UnpackedPackage> unpacked = nullptr);
 
 // One line per output the spec records as a Python scalar (kind int, float or bool),
 // as both runners print it after a run: "output[1] (count): int 9", a float with 17

@@ -122,9 +122,15 @@ TrustPolicy trust_policy(const std::string& flag_key, bool require_signature) {
   return policy;
 }
 
-SealedBundle::SealedBundle(const BundleLayout& layout) {
+SealedBundle::SealedBundle(const BundleLayout& layout, Loads loads) {
   for (const auto& name : layout.files) {
-    auto file = SealedFile::copy_of(layout.dir + "/" + name, name);
+    const auto source = layout.dir + "/" + name;
+    if (loads == Loads::once && name == kBundlePackage) {
+      unpacked_ = UnpackedPackage::hashed(source, source);
+      bytes_ += unpacked_->size();
+      continue;
+    }
+    auto file = SealedFile::copy_of(source, name);
     bytes_ += file.size();
     files_.emplace(name, std::move(file));
   }
@@ -143,10 +149,13 @@ std::map<std::string, std::string> SealedBundle::digests() const {
   for (const auto& [name, file] : files_) {
     digests.emplace(name, file.sha256_hex());
   }
+  if (unpacked_) {
+    digests.emplace(kBundlePackage, unpacked_->sha256_hex());
+  }
   return digests;
 }
 
-OpenedModel open_model(const std::string& path, const TrustPolicy& policy) {
+OpenedModel open_model(const std::string& path, const TrustPolicy& policy, Loads loads) {
   OpenedModel model;
   model.origin = path;
   std::error_code ec;
@@ -206,7 +215,7 @@ OpenedModel open_model(const std::string& path, const TrustPolicy& policy) {
                       "unsigned");
   }
   const auto started = std::chrono::steady_clock::now();
-  model.sealed = std::make_shared<SealedBundle>(layout);
+  model.sealed = std::make_shared<SealedBundle>(layout, loads);
   const auto& sealed = *model.sealed;
   const auto key = TrustedKey::load(policy.trusted_key);
   auto manifest = verify_signature(sealed.file(kBundleSignature).path(), key, signature_shown);
@@ -216,12 +225,19 @@ OpenedModel open_model(const std::string& path, const TrustPolicy& policy) {
   model.verify_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   model.verified = true;
-  // Everything below reads the sealed bytes that were hashed, never the bundle's files.
-  const auto& package = sealed.file(kBundlePackage);
-  model.package = package.path();
-  model.package_shown = path + "/" + kBundlePackage + " (verified, sealed in memory)";
-  model.package_sha256 = package.sha256_hex();
-  model.spec = read_package_spec(model.package);
+  // Everything below reads the bytes that were hashed, never the bundle's files.
+  if (sealed.unpacked()) {
+    model.unpacked = sealed.unpacked();
+    model.package_shown = path + "/" + kBundlePackage + " (verified, unpacked as it was hashed)";
+    model.package_sha256 = model.unpacked->sha256_hex();
+    model.spec = read_package_spec(model.unpacked->bytes(model.package_shown));
+  } else {
+    const auto& package = sealed.file(kBundlePackage);
+    model.package = package.path();
+    model.package_shown = path + "/" + kBundlePackage + " (verified, sealed in memory)";
+    model.package_sha256 = package.sha256_hex();
+    model.spec = read_package_spec(model.package);
+  }
   for (const auto& name : bundle_library_names(model.spec, layout)) {
     const auto& library = sealed.file(name);
     model.op_libraries.push_back(
@@ -234,7 +250,10 @@ OpenedModel open_model(const std::string& path, const TrustPolicy& policy) {
   const auto signed_bytes = sealed.bytes() - sealed.file(kBundleSignature).size();
   status << "signature: verified " << on_disk.size() << " files (" << format_megabytes(signed_bytes)
          << ") with " << key.path() << " (key hint " << short_digest(key.hint()) << ") in "
-         << model.verify_ms << " ms; running the sealed copy in memory (each file read once; nothing on disk)";
+         << model.verify_ms << " ms; "
+         << (model.unpacked ? "running what was hashed (each file read once: the libraries sealed in memory, the "
+                              "package unpacked as it was read)"
+                            : "running the sealed copy in memory (each file read once; nothing on disk)");
   model.status = status.str();
   model.signature = std::move(manifest);
   return model;

@@ -10,6 +10,7 @@
 #include "package_spec.h"
 #include "sealed_memory.h"
 #include "signature.h"
+#include "unpacked_package.h"
 
 #include <cstdint>
 #include <map>
@@ -48,25 +49,41 @@ struct TrustPolicy {
 // The flag's key, else the environment's.
 TrustPolicy trust_policy(const std::string& flag_key, bool require_signature);
 
-// A verified bundle's files in sealed memory: each file of `layout` (opened without
-// following links, regular files only) read once, hashed as it is copied (SealedFile).
-// Nothing of it is on disk; it goes with the process, however the process ends.
+// How often the runtime builds a loader from what open_model verified.
+enum class Loads {
+  // Any number of times (a server: a loader per device, a rebuilt one after eviction):
+  // the package too is kept in sealed memory.
+  many,
+  // Once (a runner process): the package is unpacked as it is hashed
+  // (UnpackedPackage::hashed), which skips a pass over its bytes.
+  once,
+};
+
+// A verified bundle's files, each read once (opened without following links, regular
+// files only) and hashed on the way: the op libraries and the signature into sealed
+// memory (SealedFile), the package too, or, with Loads::once, into its unpacked folder.
+// Sealed memory goes with the process, however the process ends; the folder as
+// PrivateFolder says.
 class SealedBundle {
  public:
-  explicit SealedBundle(const BundleLayout& layout);
+  SealedBundle(const BundleLayout& layout, Loads loads);
   const SealedFile& file(const std::string& name) const;
   std::map<std::string, std::string> digests() const;  // name -> hex
   uint64_t bytes() const { return bytes_; }
+  // With Loads::once: the package, unpacked (else null).
+  const std::shared_ptr<UnpackedPackage>& unpacked() const { return unpacked_; }
 
  private:
   std::map<std::string, SealedFile> files_;
+  std::shared_ptr<UnpackedPackage> unpacked_;
   uint64_t bytes_ = 0;
 };
 
 // What a runner loads, once the trust policy is met.
 struct OpenedModel {
   std::string origin;                      // the path the user gave
-  std::string package;                     // the .pt2 to load (a verified bundle's: /proc/self/fd/N)
+  std::string package;                     // the .pt2 to load (a verified bundle's: /proc/self/fd/N, or
+                                           // empty when `unpacked` holds it)
   std::string package_shown;               // how messages name it
   std::string package_sha256;              // hex, when known (a verified bundle's); else empty
   std::vector<OpLibraryFile> op_libraries; // a bundle's, in load order; empty otherwise
@@ -76,13 +93,14 @@ struct OpenedModel {
   bool verified = false;
   std::optional<SignedManifest> signature;  // set when verified
   std::shared_ptr<SealedBundle> sealed;     // keeps the verified bytes alive
+  std::shared_ptr<UnpackedPackage> unpacked;  // Loads::once: the verified package, unpacked; one load takes it
   double verify_ms = 0;
   std::string status;  // a line for the user ("signature: ..."), or empty
 };
 
 // A bare package or a bundle, under the policy. Kinds: "unsigned", "no_trusted_key",
 // the layout's, the key's, the signature's and the spec reader's.
-OpenedModel open_model(const std::string& path, const TrustPolicy& policy);
+OpenedModel open_model(const std::string& path, const TrustPolicy& policy, Loads loads = Loads::many);
 
 // inspect's lines for a bundle: its signature and each file's digest against the
 // signed one. `shown` names the bundle. With `verified` (the bundle opened under a

@@ -4,7 +4,10 @@
 
 #include <openssl/evp.h>
 
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 namespace aoti_runner {
@@ -38,6 +41,66 @@ std::string Sha256::finish() {
     throw RunnerError("OpenSSL failed while finishing a SHA-256 digest");
   }
   return std::string(reinterpret_cast<const char*>(digest), size);
+}
+
+struct Sha256Thread::Shared {
+  Sha256 hasher;
+  std::mutex mutex;
+  std::condition_variable changed;
+  const void* data = nullptr;  // the block in hand, while `busy`
+  size_t size = 0;
+  bool busy = false;
+  bool stopping = false;
+  std::thread worker;  // last: started once the rest exists
+
+  void run() {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (true) {
+      changed.wait(lock, [&] { return busy || stopping; });
+      if (!busy) {
+        return;
+      }
+      lock.unlock();
+      hasher.update(data, size);  // OpenSSL's update does not throw
+      lock.lock();
+      busy = false;
+      changed.notify_all();
+    }
+  }
+  void wait_idle(std::unique_lock<std::mutex>& lock) {
+    changed.wait(lock, [&] { return !busy; });
+  }
+};
+
+Sha256Thread::Sha256Thread() : shared_(std::make_unique<Shared>()) {
+  shared_->worker = std::thread([state = shared_.get()] { state->run(); });
+}
+
+Sha256Thread::~Sha256Thread() {
+  {
+    std::unique_lock<std::mutex> lock(shared_->mutex);
+    shared_->wait_idle(lock);
+    shared_->stopping = true;
+    shared_->changed.notify_all();
+  }
+  if (shared_->worker.joinable()) {
+    shared_->worker.join();
+  }
+}
+
+void Sha256Thread::update(const void* data, size_t size) {
+  std::unique_lock<std::mutex> lock(shared_->mutex);
+  shared_->wait_idle(lock);
+  shared_->data = data;
+  shared_->size = size;
+  shared_->busy = true;
+  shared_->changed.notify_all();
+}
+
+std::string Sha256Thread::finish() {
+  std::unique_lock<std::mutex> lock(shared_->mutex);
+  shared_->wait_idle(lock);
+  return shared_->hasher.finish();
 }
 
 std::string sha256(const std::string& data) {

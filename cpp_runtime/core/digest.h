@@ -24,6 +24,26 @@ class Sha256 {
   std::unique_ptr<State> state_;
 };
 
+// A Sha256 fed on a thread of its own, so that hashing overlaps the caller's other work
+// on the same bytes (the verified load writes them out while they are hashed). update()
+// hands over a block and returns once the block before it is hashed: the caller may
+// then reuse that earlier block's buffer, and must keep this one unchanged until its
+// next update() or finish() returns.
+class Sha256Thread {
+ public:
+  Sha256Thread();
+  ~Sha256Thread();  // waits for the block in hand, then stops the thread
+  Sha256Thread(const Sha256Thread&) = delete;
+  Sha256Thread& operator=(const Sha256Thread&) = delete;
+
+  void update(const void* data, size_t size);
+  std::string finish();  // as Sha256::finish, once every block is hashed
+
+ private:
+  struct Shared;
+  std::unique_ptr<Shared> shared_;
+};
+
 // One-shot helpers.
 std::string sha256(const std::string& data);
 // The raw digest of a file's bytes, read in 1 MiB blocks. Throws RunnerError naming

@@ -1,10 +1,17 @@
 #include "package_file.h"
 
 #include "errors.h"
+#include "file_descriptor.h"
 #include "json_text.h"
 #include "shared_object.h"
 #include "zip_archive.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -121,10 +128,18 @@ std::map<size_t, CompiledInput> compiled_inputs(const std::string& source) {
 // the metadata that torch's load_metadata_from_package would read (without torch, so
 // without its shared JSON state and the lock around it): the first
 // "*wrapper_metadata.json" in the model's folder, an object of strings.
-std::map<std::string, std::string> read_checked_metadata(const std::string& path) {
+// An indexed entry's bytes (so within the package).
+std::string entry_bytes(const PackageBytes& package, const ZipEntry& entry) {
+  std::string data(static_cast<size_t>(entry.size), '\0');
+  package.read(entry.data_offset, data.data(), data.size());
+  return data;
+}
+
+std::map<std::string, std::string> read_checked_metadata(const PackageBytes& package) {
+  const auto& path = package.shown;
   std::vector<ZipEntry> entries;
   try {
-    entries = index_zip_file(path, "it");
+    entries = index_zip(package.size, package.read, "it");
   } catch (const RunnerError& e) {
     std::string why = e.what();
     damaged(path, why.substr(0, why.size() - (!why.empty() && why.back() == '.')));
@@ -142,7 +157,7 @@ std::map<std::string, std::string> read_checked_metadata(const std::string& path
         damaged(path, entry.name + " is " + std::to_string(entry.size) + " bytes, larger than any AOTI JSON file");
       }
       try {
-        parse_json_limited(read_zip_entry(path, entry));
+        parse_json_limited(entry_bytes(package, entry));
       } catch (const JsonTextError& e) {
         damaged(path, entry.name + " is not valid JSON (" + e.what() + ")");
       }
@@ -155,10 +170,7 @@ std::map<std::string, std::string> read_checked_metadata(const std::string& path
     if (ends_with(entry.name, ".so")) {
       check_shared_object(
           entry.size,
-          [&](uint64_t offset, void* out, size_t n) {
-            const auto bytes = read_zip_entry(path, ZipEntry{entry.name, 0, entry.data_offset + offset, n, false, 0});
-            std::copy(bytes.begin(), bytes.end(), static_cast<char*>(out));
-          },
+          [&](uint64_t offset, void* out, size_t n) { package.read(entry.data_offset + offset, out, n); },
           "the model library " + entry.name + " in " + path, "Re-create the package with export_compile.");
     }
   }
@@ -166,7 +178,7 @@ std::map<std::string, std::string> read_checked_metadata(const std::string& path
     damaged(path, "it has no " + directory + "/*wrapper_metadata.json (not an AOTI package, or one of another "
                   "model name)");
   }
-  const auto document = parse_json_limited(read_zip_entry(path, *metadata_entry));
+  const auto document = parse_json_limited(entry_bytes(package, *metadata_entry));
   if (!document.is_object()) {
     damaged(path, metadata_entry->name + " is not a JSON object");
   }
@@ -212,17 +224,44 @@ std::map<std::string, std::string> read_package_metadata(const std::string& path
                           "\nPass the .pt2 file written by export_compile.",
                       "damaged");
   }
-  return read_checked_metadata(path);
+  return read_checked_metadata(package_file_bytes(path));
 }
 
 PackageSpec read_package_spec(const std::string& path) {
   auto spec = spec_from_metadata(read_package_metadata(path), path);
-  check_spec_against_compiled(spec, path);
+  check_spec_against_compiled(spec, package_file_bytes(path));
   return spec;
 }
 
-void check_spec_against_compiled(const PackageSpec& spec, const std::string& path) {
-  const auto entries = index_zip_file(path, "the AOTI package " + path);
+PackageSpec read_package_spec(const PackageBytes& package) {
+  auto spec = spec_from_metadata(read_checked_metadata(package), package.shown);
+  check_spec_against_compiled(spec, package);
+  return spec;
+}
+
+PackageBytes package_file_bytes(const std::string& path) {
+  auto file = std::make_shared<FileDescriptor>();
+  file->fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat info {};
+  if (file->fd < 0 || fstat(file->fd, &info) != 0) {
+    throw RunnerError("could not open " + path + ": " + std::strerror(errno), "not_found");
+  }
+  const auto read = [file, path](uint64_t offset, void* out, size_t n) {
+    auto* bytes = static_cast<char*>(out);
+    for (size_t done = 0; done < n;) {
+      const auto got = pread(file->fd, bytes + done, n - done, static_cast<off_t>(offset + done));
+      if (got <= 0) {
+        throw RunnerError("could not read " + path + " (it changed while being read?).", "damaged");
+      }
+      done += static_cast<size_t>(got);
+    }
+  };
+  return PackageBytes{static_cast<uint64_t>(info.st_size), read, path};
+}
+
+void check_spec_against_compiled(const PackageSpec& spec, const PackageBytes& package) {
+  const auto& path = package.shown;
+  const auto entries = index_zip(package.size, package.read, "the AOTI package " + path);
   const auto directory = model_directory(entries);
   const ZipEntry* source = nullptr;
   for (const auto& entry : entries) {
@@ -244,7 +283,7 @@ void check_spec_against_compiled(const PackageSpec& spec, const std::string& pat
   if (source->size > kMaxWrapperSource) {
     mismatch(source->name + " is " + std::to_string(source->size) + " bytes, larger than any generated wrapper");
   }
-  const auto compiled = compiled_inputs(read_zip_entry(path, *source));
+  const auto compiled = compiled_inputs(entry_bytes(package, *source));
   if (compiled.size() != spec.inputs.size()) {
     mismatch("the spec lists " + std::to_string(spec.inputs.size()) + " input(s), but the wrapper source checks " +
              std::to_string(compiled.size()));

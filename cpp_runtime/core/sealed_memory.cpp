@@ -24,20 +24,11 @@ namespace {
 // `copy_to` is an open descriptor, into it. Returns the hex digest.
 std::string read_regular_file(const std::string& source, int copy_to, const std::string& copy_name,
                               uint64_t& bytes) {
-  // O_NOFOLLOW + O_NONBLOCK + fstat: what is read is a regular file, even if the name
-  // was swapped for a link or a FIFO after the layout was checked.
-  FileDescriptor in{open(source.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)};
-  struct stat info {};
-  if (in.fd < 0 || fstat(in.fd, &info) != 0) io_failed("open", source);
-  if (!S_ISREG(info.st_mode)) {
-    throw RunnerError(source + ": not a regular file (a symlink, directory or other); a bundle holds "
-                               "only regular files",
-                      "bundle_layout");
-  }
+  const auto in = open_regular_file(source);
   Sha256 hasher;
   std::vector<char> buffer(1 << 20);
   ssize_t got = 0;
-  while ((got = read(in.fd, buffer.data(), buffer.size())) > 0) {
+  while ((got = read(in->fd, buffer.data(), buffer.size())) > 0) {
     hasher.update(buffer.data(), static_cast<size_t>(got));
     for (ssize_t done = 0; copy_to >= 0 && done < got;) {
       const auto wrote = write(copy_to, buffer.data() + done, static_cast<size_t>(got - done));
@@ -51,6 +42,21 @@ std::string read_regular_file(const std::string& source, int copy_to, const std:
 }
 
 }  // namespace
+
+std::unique_ptr<FileDescriptor> open_regular_file(const std::string& source) {
+  // O_NOFOLLOW + O_NONBLOCK + fstat: what is read is a regular file, even if the name
+  // was swapped for a link or a FIFO after the layout was checked.
+  auto in = std::make_unique<FileDescriptor>();
+  in->fd = open(source.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  struct stat info {};
+  if (in->fd < 0 || fstat(in->fd, &info) != 0) io_failed("open", source);
+  if (!S_ISREG(info.st_mode)) {
+    throw RunnerError(source + ": not a regular file (a symlink, directory or other); a bundle holds "
+                               "only regular files",
+                      "bundle_layout");
+  }
+  return in;
+}
 
 SealedFile SealedFile::copy_of(const std::string& source, const std::string& name) {
   SealedFile file;

@@ -4,7 +4,10 @@
 // hashed. Pairs with bundle.cpp (the trust policy) and op_libraries.cpp (dlopen).
 #pragma once
 
+#include "file_descriptor.h"
+
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace aoti_runner {
@@ -37,6 +40,10 @@ class SealedFile {
   std::string sha256_hex_;
   uint64_t size_ = 0;
 };
+
+// The regular file `source`, opened for reading without following a link (a link, FIFO,
+// folder or other is refused, kind "bundle_layout"), as every verified read opens it.
+std::unique_ptr<FileDescriptor> open_regular_file(const std::string& source);
 
 // The SHA-256 (hex) of the regular file `source`, opened as SealedFile::copy_of opens
 // it; adds its length to `bytes`.

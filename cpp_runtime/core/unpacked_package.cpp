@@ -1,6 +1,8 @@
 #include "unpacked_package.h"
 
+#include "digest.h"
 #include "errors.h"
+#include "sealed_memory.h"
 #include "file_descriptor.h"
 #include "zip_archive.h"
 
@@ -42,6 +44,58 @@ void make_parents(const std::string& root, const std::string& relative) {
   }
 }
 
+// Where torch's extraction puts an entry, relative to the folder, or "" for an entry the
+// loader does not read (sample inputs, other models' files, folders).
+std::string target_of(const ZipEntry& entry, const std::string& model_dir, const std::string& constants_dir) {
+  if (entry.is_directory) {
+    return "";
+  }
+  if (starts_with(entry.name, model_dir)) {
+    return entry.name;
+  }
+  if (starts_with(entry.name, constants_dir)) {
+    // As torch extracts them: by file name, into the model's folder, where the model
+    // library and its runner look for them.
+    return model_dir + entry.name.substr(entry.name.rfind('/') + 1);
+  }
+  return "";
+}
+
+// Creates `target` (a checked entry's place) under `dir` for writing. O_EXCL: two
+// entries that would land on one file are refused, not overwritten.
+int create_entry_file(const std::string& dir, const std::string& target, const ZipEntry& entry,
+                      const std::string& shown) {
+  make_parents(dir, target);
+  const auto written = dir + "/" + target;
+  const int fd = open(written.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    throw RunnerError("could not unpack " + entry.name + " of the AOTI package " + shown + " to " + written + ": " +
+                          std::strerror(errno),
+                      errno == EEXIST ? "damaged" : "");
+  }
+  return fd;
+}
+
+void write_all(int fd, const char* bytes, size_t n, const std::string& shown) {
+  for (size_t put = 0; put < n;) {
+    const auto wrote = write(fd, bytes + put, n - put);
+    if (wrote < 0) {
+      throw RunnerError("could not write " + shown + ": " + std::strerror(errno));
+    }
+    put += static_cast<size_t>(wrote);
+  }
+}
+
+[[noreturn]] void crc_mismatch(const ZipEntry& entry, const std::string& shown) {
+  throw RunnerError("the AOTI package " + shown + " is damaged: the bytes of " + entry.name +
+                        " do not match the CRC-32 its zip directory declares. Re-create it with export_compile.",
+                    "damaged");
+}
+
+[[noreturn]] void changed_while_read(const std::string& shown) {
+  throw RunnerError("could not read the AOTI package " + shown + " (it changed while being read?).", "damaged");
+}
+
 }  // namespace
 
 UnpackedPackage::UnpackedPackage(const std::string& path, const std::string& shown, const std::string& model_name) {
@@ -72,52 +126,181 @@ UnpackedPackage::UnpackedPackage(const std::string& path, const std::string& sho
   try {
     std::vector<char> buffer(1 << 20);
     for (const auto& entry : entries) {
-      std::string target;
-      if (entry.is_directory) {
+      const auto target = target_of(entry, model_dir, constants_dir);
+      if (target.empty()) {
         continue;
-      } else if (starts_with(entry.name, model_dir)) {
-        target = entry.name;
-      } else if (starts_with(entry.name, constants_dir)) {
-        // As torch extracts them: by file name, into the model's folder, where the model
-        // library and its runner look for them.
-        target = model_dir + entry.name.substr(entry.name.rfind('/') + 1);
-      } else {
-        continue;  // not the model's (sample inputs, other models' files, ...)
       }
-      make_parents(dir, target);
-      const auto written = dir + "/" + target;
-      // O_EXCL: two entries that would land on one file are refused, not overwritten.
-      FileDescriptor out{open(written.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)};
-      if (out.fd < 0) {
-        throw RunnerError("could not unpack " + entry.name + " of the AOTI package " + shown + " to " + written +
-                              ": " + std::strerror(errno),
-                          errno == EEXIST ? "damaged" : "");
-      }
+      FileDescriptor out{create_entry_file(dir, target, entry, shown)};
       uLong crc = crc32(0L, Z_NULL, 0);
       for (uint64_t done = 0; done < entry.size;) {
         const auto n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), entry.size - done));
         read_at(entry.data_offset + done, buffer.data(), n);
         crc = crc32(crc, reinterpret_cast<const Bytef*>(buffer.data()), static_cast<uInt>(n));
-        for (size_t put = 0; put < n;) {
-          const auto wrote = write(out.fd, buffer.data() + put, n - put);
-          if (wrote < 0) {
-            throw RunnerError("could not write " + written + ": " + std::strerror(errno));
-          }
-          put += static_cast<size_t>(wrote);
-        }
+        write_all(out.fd, buffer.data(), n, dir + "/" + target);
         done += n;
       }
       if (static_cast<uint32_t>(crc) != entry.crc32) {
-        throw RunnerError("the AOTI package " + shown + " is damaged: the bytes of " + entry.name +
-                              " do not match the CRC-32 its zip directory declares. Re-create it with "
-                              "export_compile.",
-                          "damaged");
+        crc_mismatch(entry, shown);
       }
     }
   } catch (...) {
     remove();
     throw;
   }
+}
+
+std::unique_ptr<UnpackedPackage> UnpackedPackage::hashed(const std::string& source, const std::string& shown,
+                                                         const std::string& model_name) {
+  std::unique_ptr<UnpackedPackage> package(new UnpackedPackage);
+  const auto in = open_regular_file(source);
+  struct stat info {};
+  if (fstat(in->fd, &info) != 0) {
+    throw RunnerError("could not read " + source + ": " + std::strerror(errno));
+  }
+  const auto size = static_cast<uint64_t>(info.st_size);
+  // The index, read where it says and kept: the stream below must see the same bytes.
+  auto& index_bytes = package->index_bytes_;
+  const ReadAt read_index = [&](uint64_t offset, void* out, size_t n) {
+    auto* bytes = static_cast<char*>(out);
+    for (size_t done = 0; done < n;) {
+      const auto got = pread(in->fd, bytes + done, n - done, static_cast<off_t>(offset + done));
+      if (got <= 0) {
+        changed_while_read(shown);
+      }
+      done += static_cast<size_t>(got);
+    }
+    index_bytes.emplace_back(offset, std::string(bytes, n));
+  };
+  const auto entries = index_zip(size, read_index, "the AOTI package " + shown);
+  const auto prefix = archive_prefix(entries);
+  const auto model_dir = prefix + "data/aotinductor/" + model_name + "/";
+  const auto constants_dir = prefix + "data/constants/";
+
+  package->folder_.emplace(kUnpackedFolderPrefix, "unpack " + shown + " into");
+  const auto& dir = package->folder_->path();
+  // Each entry with bytes or not (folders aside), in file order: index_zip has checked
+  // that entries lie apart, before the directory. One file is open at a time.
+  struct Part {
+    const ZipEntry* entry;
+    std::string target;
+    uLong crc;
+  };
+  std::vector<Part> parts;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const auto& entry = entries[i];
+    if (entry.is_directory) {
+      continue;
+    }
+    auto target = target_of(entry, model_dir, constants_dir);
+    if (target.empty()) {
+      target = "other/" + std::to_string(i) + ".entry";
+    }
+    parts.push_back(Part{&entry, target, crc32(0L, Z_NULL, 0)});
+  }
+  std::sort(parts.begin(), parts.end(),
+            [](const Part& a, const Part& b) { return a.entry->data_offset < b.entry->data_offset; });
+
+  // Two buffers: one block is hashed on the hasher's thread while the next is read and
+  // the one before written out, each from the bytes hashed.
+  std::vector<char> buffers[2] = {std::vector<char>(1 << 20), std::vector<char>(1 << 20)};
+  Sha256Thread hasher;
+  uint64_t at = 0;
+  size_t next = 0;  // the first part not yet fully written
+  FileDescriptor out;  // next's file, once opened
+  for (int turn = 0;; turn ^= 1) {
+    auto& buffer = buffers[turn];
+    const auto got = pread(in->fd, buffer.data(), buffer.size(), static_cast<off_t>(at));
+    if (got < 0) {
+      throw RunnerError("could not read " + source + ": " + std::strerror(errno));
+    }
+    if (got == 0) {
+      break;
+    }
+    const auto end = at + static_cast<uint64_t>(got);
+    if (end > size) {
+      changed_while_read(shown);  // it grew
+    }
+    hasher.update(buffer.data(), static_cast<size_t>(got));  // returns once the other buffer is hashed
+    for (const auto& [offset, bytes] : index_bytes) {
+      const auto from = std::max(offset, at);
+      const auto to = std::min<uint64_t>(offset + bytes.size(), end);
+      if (from < to && std::memcmp(buffer.data() + (from - at), bytes.data() + (from - offset), to - from) != 0) {
+        changed_while_read(shown);
+      }
+    }
+    while (next < parts.size() && parts[next].entry->data_offset < end) {
+      auto& part = parts[next];
+      if (out.fd < 0) {
+        out.fd = create_entry_file(dir, part.target, *part.entry, shown);
+      }
+      const auto last = part.entry->data_offset + part.entry->size;
+      const auto from = std::max(part.entry->data_offset, at);
+      const auto to = std::min(last, end);
+      if (from < to) {
+        const auto* bytes = buffer.data() + (from - at);
+        part.crc = crc32(part.crc, reinterpret_cast<const Bytef*>(bytes), static_cast<uInt>(to - from));
+        write_all(out.fd, bytes, static_cast<size_t>(to - from), dir + "/" + part.target);
+      }
+      if (last > end) {
+        break;  // it goes on in the next block
+      }
+      close(out.fd);
+      out.fd = -1;
+      ++next;
+    }
+    at = end;
+  }
+  if (at != size || next != parts.size()) {
+    changed_while_read(shown);  // it shrank
+  }
+  for (const auto& part : parts) {
+    if (static_cast<uint32_t>(part.crc) != part.entry->crc32) {
+      crc_mismatch(*part.entry, shown);
+    }
+    package->placed_.emplace_back(*part.entry, part.target);
+  }
+  package->sha256_hex_ = to_hex(hasher.finish());
+  package->size_ = size;
+  return package;
+}
+
+PackageBytes UnpackedPackage::bytes(const std::string& shown) const {
+  const auto read = [this, shown](uint64_t offset, void* out, size_t n) {
+    if (!folder_) {
+      throw RunnerError("internal error: the unpacked package " + shown + " was read after its folder went.");
+    }
+    // An entry's bytes come from its file; anything else from the index's bytes.
+    const auto it = std::upper_bound(placed_.begin(), placed_.end(), offset,
+                                     [](uint64_t at, const auto& placed) { return at < placed.first.data_offset; });
+    if (it != placed_.begin()) {
+      const auto& [entry, target] = *std::prev(it);
+      if (offset + n <= entry.data_offset + entry.size) {
+        const auto path = folder_->path() + "/" + target;
+        FileDescriptor file{open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)};
+        auto* bytes = static_cast<char*>(out);
+        for (size_t done = 0; done < n;) {
+          const auto got = pread(file.fd, bytes + done, n - done,
+                                 static_cast<off_t>(offset - entry.data_offset + done));
+          if (got <= 0) {
+            throw RunnerError("could not read " + path + " (the unpacked " + entry.name + " of " + shown + ")",
+                              "damaged");
+          }
+          done += static_cast<size_t>(got);
+        }
+        return;
+      }
+    }
+    for (const auto& [at, bytes] : index_bytes_) {
+      if (offset >= at && offset + n <= at + bytes.size()) {
+        std::memcpy(out, bytes.data() + (offset - at), n);
+        return;
+      }
+    }
+    throw RunnerError("internal error: " + shown + " was read at bytes " + std::to_string(offset) + "+" +
+                          std::to_string(n) + ", which its index did not read.",
+                      "damaged");
+  };
+  return PackageBytes{size_, read, shown};
 }
 
 UnpackedPackage::~UnpackedPackage() {

@@ -5,10 +5,16 @@
 // aoti_package.cpp (the loader) and zip_archive.cpp (the checked index it reads by).
 #pragma once
 
+#include "package_file.h"
 #include "private_folder.h"
+#include "zip_archive.h"
 
+#include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace aoti_runner {
 
@@ -22,6 +28,24 @@ class UnpackedPackage {
   // like are refused there) and its CRC-32 is checked. Throws RunnerError (kind
   // "damaged") and leaves no folder behind.
   UnpackedPackage(const std::string& path, const std::string& shown, const std::string& model_name = "model");
+
+  // A verified load's unpacking, in one read: the regular file `source` (opened without
+  // following a link; anything else is refused, kind "bundle_layout") is read once,
+  // front to back, and every byte goes to the SHA-256 and, when it belongs to an entry,
+  // to that entry's file, from the same buffer. The zip index is read first, and the
+  // bytes it was read from are compared with the ones hashed. Besides the loader's
+  // files (as above), every other entry is written under other/ by its index, so that
+  // bytes() can give the spec reader every entry of what was hashed. Kind "damaged"
+  // (also for a file that changed while it was read).
+  static std::unique_ptr<UnpackedPackage> hashed(const std::string& source, const std::string& shown,
+                                                 const std::string& model_name = "model");
+  // hashed()'s: the file's SHA-256 (hex) and size.
+  const std::string& sha256_hex() const { return sha256_hex_; }
+  uint64_t size() const { return size_; }
+  // hashed()'s: the package as it was hashed (the index's bytes from memory, each
+  // entry's from its unpacked file), while the folder exists. Named `shown`.
+  PackageBytes bytes(const std::string& shown) const;
+
   ~UnpackedPackage();
   UnpackedPackage(const UnpackedPackage&) = delete;
   UnpackedPackage& operator=(const UnpackedPackage&) = delete;
@@ -34,7 +58,12 @@ class UnpackedPackage {
   void remove() noexcept;
 
  private:
+  UnpackedPackage() = default;
   std::optional<PrivateFolder> folder_;
+  std::string sha256_hex_;
+  uint64_t size_ = 0;
+  std::vector<std::pair<uint64_t, std::string>> index_bytes_;  // (offset, bytes) the index was read from
+  std::vector<std::pair<ZipEntry, std::string>> placed_;       // each entry with data, by offset: its file
 };
 
 }  // namespace aoti_runner

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <set>
 
 namespace aoti_runner {
@@ -323,40 +322,11 @@ std::vector<ZipEntry> index_zip(uint64_t size, const ReadAt& read, const std::st
   return Checker(size, read, what).run();
 }
 
-std::vector<ZipEntry> index_zip_file(const std::string& path, const std::string& what) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    throw RunnerError("could not open " + path + ".", "not_found");
-  }
-  file.seekg(0, std::ios::end);
-  const auto size = static_cast<uint64_t>(file.tellg());
-  const ReadAt read = [&](uint64_t offset, void* out, size_t n) {
-    file.seekg(static_cast<std::streamoff>(offset));
-    file.read(static_cast<char*>(out), static_cast<std::streamsize>(n));
-    if (static_cast<size_t>(file.gcount()) != n) {
-      throw RunnerError("could not read " + path + " (it changed while being read?).", "damaged");
-    }
-  };
-  return index_zip(size, read, what);
-}
-
 std::vector<ZipEntry> index_zip_bytes(const std::vector<char>& bytes, const std::string& what) {
   const ReadAt read = [&](uint64_t offset, void* out, size_t n) {
     std::memcpy(out, bytes.data() + offset, n);
   };
   return index_zip(bytes.size(), read, what);
-}
-
-std::string read_zip_entry(const std::string& path, const ZipEntry& entry) {
-  std::ifstream file(path, std::ios::binary);
-  std::string data(static_cast<size_t>(entry.size), '\0');
-  file.seekg(static_cast<std::streamoff>(entry.data_offset));
-  file.read(data.data(), static_cast<std::streamsize>(entry.size));
-  if (!file || static_cast<uint64_t>(file.gcount()) != entry.size) {
-    throw RunnerError("could not read " + entry.name + " from " + path + " (it changed while being read?).",
-                      "damaged");
-  }
-  return data;
 }
 
 }  // namespace aoti_runner

@@ -39,11 +39,7 @@ std::vector<ZipEntry> index_zip(uint64_t size, const ReadAt& read, const std::st
 // is extracted into).
 std::string zip_entry_name_problem(const std::string& name);
 
-// index_zip over a file, or over bytes in memory.
-std::vector<ZipEntry> index_zip_file(const std::string& path, const std::string& what);
+// index_zip over bytes in memory.
 std::vector<ZipEntry> index_zip_bytes(const std::vector<char>& bytes, const std::string& what);
-
-// An entry's bytes, read from the file (an indexed entry, so within it).
-std::string read_zip_entry(const std::string& path, const ZipEntry& entry);
 
 }  // namespace aoti_runner
