@@ -656,14 +656,15 @@ def extracted_model_dirs(server: "triton_server.TritonServer") -> set[Path]:
 
 
 def test_a_repository_of_several_models_loads_at_start_up(served: Served, tmp_path: Path) -> None:
-    """Six 2-instance models loaded by Triton at start-up, in parallel, ten times: each
-    start serves every model, and each shutdown removes what the loaders extracted."""
+    """Six 2-instance models loaded by Triton at start-up, in parallel, four times: each
+    start serves every model, and each shutdown removes what the loaders extracted.
+    (The soak, tests/test_triton_soak.py, loads and unloads under requests at length.)"""
     repository = tmp_path / "repository"
     names = [f"startup_{i}" for i in range(6)]
     for name in names:
         write_repository(served.bundle(DEMO), repository, name=name, instances=2)
     inputs = model_inputs(DEMO, "random", seed=32)
-    for start in range(10):
+    for start in range(4):
         server = triton_server.TritonServer().start(
             repository, backend_dir=served.build.dir / "backends", log_file=tmp_path / f"tritonserver_{start}.log")
         with server:
