@@ -47,7 +47,7 @@ class SigningResult:
     cold_start_plain_ms: float  # aoti_runner PACKAGE LIB, whole process, median
     cold_start_signed_ms: float  # aoti_runner BUNDLE --trusted-key PUB, whole process, median
     sha256_ms: float  # one SHA-256 over every file the runner hashes, median (see sha256_once_ms)
-    sealed_copy_ms: float  # read, hash and copy into a memfd, as the runner does (see sealed_copy_ms)
+    sealed_copy_ms: float  # read, hash and copy into a memfd, as the Triton backend does (see sealed_copy_ms)
 
     @property
     def cold_start_ratio(self) -> float:
@@ -101,11 +101,12 @@ def sha256_once_ms(files: list[Path], runs: int = 7) -> float:
 
 
 def sealed_copy_ms(files: list[Path], runs: int = 7, chunk: int = 1 << 20) -> float:
-    """The time (ms, median of ``runs``) to do what the runner's verified load does
-    with every byte and nothing else: read each file (from the page cache) in 1 MiB
+    """The time (ms, median of ``runs``) to do what the Triton backend's verified load
+    does with every byte and nothing else: read each file (from the page cache) in 1 MiB
     blocks, SHA-256 each block and write it into a new memfd, then seal it. This is the
     floor of a load that hashes its bytes into sealed memory, measured with the same
-    OpenSSL and kernel: beyond the hash, it pays for the copy into fresh shared memory."""
+    OpenSSL and kernel: beyond the hash, it pays for the copy into fresh shared memory.
+    aoti_runner's load skips it: it unpacks the package as it hashes it."""
     import fcntl
 
     seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL

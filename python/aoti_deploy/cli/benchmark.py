@@ -223,7 +223,7 @@ def benchmark(
         bundles = Table(title="signed bundles: verification, and the C++ runner's cold start (whole process, "
                         "median of 7) from the bare package and from the verified bundle, against one SHA-256 of "
                         "the bundle's bytes (hashlib, OpenSSL's, on bytes in memory) and against a sealed copy alone "
-                        "(read, hash and copy into a memfd, as the runner does, and nothing else)")
+                        "(read, hash and copy into a memfd, as the Triton backend does, and nothing else)")
         for column in ("bundle", "size", "files", "SHA-256 once ms", "verify C++ ms", "verify Python ms",
                        "cold start bare ms", "verified ms", "difference ms", "difference / SHA-256",
                        "sealed copy alone ms", "sealed copy / SHA-256", "verified / bare"):
