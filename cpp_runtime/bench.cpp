@@ -280,7 +280,8 @@ const char* floor_name(Floor floor) {
 }  // namespace
 
 BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>& inputs,
-                          const BenchOptions& options, std::shared_ptr<UnpackedPackage> unpacked) {
+                          const BenchOptions& options, const std::string& shown,
+                          std::shared_ptr<UnpackedPackage> unpacked) {
   if (options.iterations < 1 || options.threads < 1 || options.warmup < 0) {
     throw RunnerError("--bench needs at least 1 iteration and 1 thread.");
   }
@@ -292,11 +293,11 @@ BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>
   PackageLoader loader;
   std::vector<at::Tensor> reference;
   // One loader, one runner per serving thread: run() lends each call a free runner.
-  loader = load_package(path, static_cast<size_t>(options.threads), -1, "", std::move(unpacked));
+  loader = load_package(path, static_cast<size_t>(options.threads), -1, shown, std::move(unpacked));
   try {
     reference = loader->run(inputs);
   } catch (const c10::Error& e) {
-    throw RunnerError("running the AOTI package " + path + " failed: " + e.what_without_backtrace());
+    throw RunnerError("running the AOTI package " + (shown.empty() ? path : shown) + " failed: " + e.what_without_backtrace());
   }
 
   const auto cuda = cuda_device_of(inputs, reference);
@@ -309,7 +310,7 @@ BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>
   try {
     reference = loader->run(inputs);
   } catch (const c10::Error& e) {
-    throw RunnerError("running the AOTI package " + path + " failed: " + e.what_without_backtrace());
+    throw RunnerError("running the AOTI package " + (shown.empty() ? path : shown) + " failed: " + e.what_without_backtrace());
   }
   // The floor first, alone, on the serving threads' intra-op setting.
   result.floor_latencies_us = time_floor(plan_floor(options.floor, inputs, reference, result), options, cuda);

@@ -72,9 +72,10 @@ struct BenchResult {
 // compares each run's output bits with the reference (outside each run's timer).
 // On a CUDA package every timed run (and the floor) ends with a device synchronize
 // inside its timer, since AOTI's run only queues the kernels.
-// `unpacked`: as load_package takes it.
+// `shown` and `unpacked`: as load_package takes them.
 BenchResult bench_package(const std::string& path, const std::vector<at::Tensor>& inputs,
-                          const BenchOptions& options, std::shared_ptr<UnpackedPackage> unpacked = nullptr);
+                          const BenchOptions& options, const std::string& shown = "",
+                          std::shared_ptr<UnpackedPackage> unpacked = nullptr);
 
 // Serving throughput: all timed runs over the wall time of the timed region (which
 // also holds the bit checks between runs, in every thread alike).

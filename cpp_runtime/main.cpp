@@ -501,7 +501,7 @@ int run(const Options& options) {
     auto bench_options = options.bench;
     bench_options.iterations = options.bench_iterations;
     bench_options.floor = spec.is_identity ? Floor::kIdentityFourCopies : Floor::kCopyInputsOutputs;
-    const auto result = bench_package(model.package, ready, bench_options, model.unpacked);
+    const auto result = bench_package(model.package, ready, bench_options, model.package_shown, model.unpacked);
     std::cout << describe_bench(result, describe_malloc_policy(malloc_policy));
     const auto json = bench_json(result, options.malloc_policy);
     std::cout << "bench json: " << json << "\n";

@@ -243,6 +243,16 @@ def tamper(case: str, bundle: Path, signed: Signed, keys: Keys, build: Build) ->
         _replace_zip_entry(bundle / "model.pt2", ".wrapper.so", lambda _: marker_bytes)
     elif case == "one weight byte changed":
         _replace_zip_entry(bundle / "model.pt2", ".wrapper.so", _flip_weight_byte)
+    elif case == "a byte of the package flipped in place":
+        # No CRC-32 fixed up: the package is damaged as a zip, and refused as unsigned.
+        with open(bundle / "model.pt2", "r+b") as file:
+            file.seek(file.seek(0, os.SEEK_END) // 2)
+            byte = file.read(1)
+            file.seek(-1, os.SEEK_CUR)
+            file.write(bytes([byte[0] ^ 0x40]))
+    elif case == "package truncated":
+        with open(bundle / "model.pt2", "r+b") as file:
+            file.truncate(file.seek(0, os.SEEK_END) // 2)
     elif case == "op library swapped":
         shutil.copy(signed.marker_library, bundle / "libidentity_conv_ops.so")
     elif case == "op library added":
@@ -285,6 +295,8 @@ def tamper(case: str, bundle: Path, signed: Signed, keys: Keys, build: Build) ->
 TAMPER_CASES = {
     "model library replaced": "model.pt2: digest mismatch",
     "one weight byte changed": "model.pt2: digest mismatch",
+    "a byte of the package flipped in place": "model.pt2: digest mismatch",
+    "package truncated": "model.pt2: digest mismatch",
     "op library swapped": "libidentity_conv_ops.so: digest mismatch",
     "op library added": "libextra.so: unknown file",
     "op library removed": "libidentity_conv_ops.so: missing file",
@@ -316,6 +328,58 @@ def test_a_tampered_bundle_is_refused_before_native_code_runs(case: str, runtime
     assert not any(temp.iterdir()), sorted(p.name for p in temp.rglob("*"))
 
 
+def _sign_with_model_signing(bundle: Path, keys: Keys) -> None:
+    """Sign ``bundle`` again with model-signing's own CLI (the bundle command would
+    refuse the packages these tests craft)."""
+    (bundle / "model.sig").unlink()
+    result = run_cmd(Path(sys.executable).parent / "model_signing", "sign", "key", bundle, "--private_key",
+                     keys.private("signing"), "--signature", bundle / "model.sig")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _rewrite_package(package: Path, preamble: bytes = b"", extra: tuple[str, bytes] | None = None) -> str:
+    """Rewrite the zip with ``preamble`` before it (offsets shifted to match) and an
+    ``extra`` entry (a name under the model's folder, and its bytes). Returns the
+    archive's top folder."""
+    staged = package.with_suffix(".tmp")
+    with zipfile.ZipFile(package) as source:
+        top = source.namelist()[0].split("/")[0]
+        with open(staged, "wb") as raw:
+            raw.write(preamble)
+            with zipfile.ZipFile(raw, "w") as target:
+                for info in source.infolist():
+                    target.writestr(info, source.read(info))
+                if extra:
+                    target.writestr(f"{top}/data/aotinductor/model/{extra[0]}", extra[1])
+    staged.replace(package)
+    return top
+
+
+@pytest.mark.parametrize("case, words", [
+    ("an entry 40 folders deep", "folders deep; a package's files are at most 30 deep"),
+    ("bytes before the zip", "package is not a zip archive"),
+])
+def test_a_signed_package_that_cannot_be_unpacked_is_refused_and_leaves_nothing(case: str, words: str, build: Build,
+                                                                               signed: Signed, keys: Keys,
+                                                                               tmp_path: Path) -> None:
+    """What the verified runner unpacks as it hashes is held to the bare runner's rules
+    and its own limits, under a good signature too: refused in words, nothing left."""
+    bundle = copy_bundle(signed.bundle, tmp_path / "bundle")
+    if case == "an entry 40 folders deep":
+        _rewrite_package(bundle / "model.pt2", extra=("/".join(["d"] * 40) + "/x.bin", b"x"))
+    else:
+        _rewrite_package(bundle / "model.pt2", preamble=b"\0" * 16)
+        bare = run_cmd(build.runner, bundle / "model.pt2", build.op_library, cwd=tmp_path)
+        assert bare.returncode == 2 and words in bare.stderr, bare.stdout + bare.stderr
+    _sign_with_model_signing(bundle, keys)
+    temp = tmp_path / "tmpdir"
+    temp.mkdir()
+    result = run_cmd(build.runner, bundle, "--trusted-key", keys.public("signing"), cwd=tmp_path,
+                     env={**os.environ, "TMPDIR": str(temp)})
+    assert result.returncode == 2 and words in result.stderr, result.stdout + result.stderr
+    assert not any(temp.iterdir()), sorted(str(p) for p in temp.rglob("*"))[:5]
+
+
 def test_a_verified_package_is_checked_as_a_bare_one_is(build: Build, signed: Signed, keys: Keys,
                                                        tmp_path: Path) -> None:
     """The verified runner reads its package's spec from what it unpacked while hashing
@@ -327,11 +391,7 @@ def test_a_verified_package_is_checked_as_a_bare_one_is(build: Build, signed: Si
     with zipfile.ZipFile(package, "a") as archive:
         name = archive.namelist()[0].split("/")[0] + "/extra/notes.json"
         archive.writestr(name, b"{not json")
-    # Signed with model-signing's own CLI: the bundle command would refuse the package.
-    (bundle / "model.sig").unlink()
-    result = run_cmd(Path(sys.executable).parent / "model_signing", "sign", "key", bundle, "--private_key",
-                     keys.private("signing"), "--signature", bundle / "model.sig")
-    assert result.returncode == 0, result.stdout + result.stderr
+    _sign_with_model_signing(bundle, keys)
     words = f"{name} is not valid JSON"
     bare = run_cmd(build.runner, package, build.op_library, cwd=tmp_path)
     assert bare.returncode == 2 and words in bare.stderr, bare.stdout + bare.stderr

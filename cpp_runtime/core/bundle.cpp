@@ -126,13 +126,29 @@ SealedBundle::SealedBundle(const BundleLayout& layout, Loads loads) {
   for (const auto& name : layout.files) {
     const auto source = layout.dir + "/" + name;
     if (loads == Loads::once && name == kBundlePackage) {
-      unpacked_ = UnpackedPackage::hashed(source, source);
-      bytes_ += unpacked_->size();
-      continue;
+      continue;  // unpack_package, once the signature is checked
     }
     auto file = SealedFile::copy_of(source, name);
     bytes_ += file.size();
     files_.emplace(name, std::move(file));
+  }
+}
+
+void SealedBundle::unpack_package(const BundleLayout& layout, const SignedManifest& manifest) {
+  const auto source = layout.dir + "/" + kBundlePackage;
+  try {
+    unpacked_ = UnpackedPackage::hashed(source, source);
+    bytes_ += unpacked_->size();
+  } catch (const RunnerError&) {
+    uint64_t size = 0;
+    const auto digest = sha256_regular_file(source, size);
+    const auto signed_file = std::find_if(manifest.files.begin(), manifest.files.end(),
+                                          [](const SignedFile& file) { return file.name == kBundlePackage; });
+    if (signed_file != manifest.files.end() && signed_file->sha256 == digest) {
+      throw;  // the signed package itself is damaged
+    }
+    unpack_refused_digest_ = digest;
+    bytes_ += size;
   }
 }
 
@@ -151,6 +167,8 @@ std::map<std::string, std::string> SealedBundle::digests() const {
   }
   if (unpacked_) {
     digests.emplace(kBundlePackage, unpacked_->sha256_hex());
+  } else if (!unpack_refused_digest_.empty()) {
+    digests.emplace(kBundlePackage, unpack_refused_digest_);
   }
   return digests;
 }
@@ -219,6 +237,9 @@ OpenedModel open_model(const std::string& path, const TrustPolicy& policy, Loads
   const auto& sealed = *model.sealed;
   const auto key = TrustedKey::load(policy.trusted_key);
   auto manifest = verify_signature(sealed.file(kBundleSignature).path(), key, signature_shown);
+  if (loads == Loads::once) {
+    model.sealed->unpack_package(layout, manifest);
+  }
   auto on_disk = sealed.digests();
   on_disk.erase(kBundleSignature);
   check_signed_files(manifest, on_disk, path);

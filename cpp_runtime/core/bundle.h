@@ -61,12 +61,17 @@ enum class Loads {
 
 // A verified bundle's files, each read once (opened without following links, regular
 // files only) and hashed on the way: the op libraries and the signature into sealed
-// memory (SealedFile), the package too, or, with Loads::once, into its unpacked folder.
-// Sealed memory goes with the process, however the process ends; the folder as
-// PrivateFolder says.
+// memory (SealedFile), the package too, or, with Loads::once, into its unpacked folder
+// (unpack_package, once the signature is known to be good). Sealed memory goes with the
+// process, however the process ends; the folder as PrivateFolder says.
 class SealedBundle {
  public:
   SealedBundle(const BundleLayout& layout, Loads loads);
+  // Loads::once: unpacks the package as it hashes it (UnpackedPackage::hashed). If that
+  // fails and the file's digest is not the one `manifest` signs, only the digest is
+  // kept, so that the refusal is the signature check's ("digest mismatch"), as in
+  // every other runtime; a signed package that fails is refused with the failure.
+  void unpack_package(const BundleLayout& layout, const SignedManifest& manifest);
   const SealedFile& file(const std::string& name) const;
   std::map<std::string, std::string> digests() const;  // name -> hex
   uint64_t bytes() const { return bytes_; }
@@ -76,6 +81,7 @@ class SealedBundle {
  private:
   std::map<std::string, SealedFile> files_;
   std::shared_ptr<UnpackedPackage> unpacked_;
+  std::string unpack_refused_digest_;  // the package's digest, when it could not be unpacked
   uint64_t bytes_ = 0;
 };
 

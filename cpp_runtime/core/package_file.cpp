@@ -234,6 +234,19 @@ PackageSpec read_package_spec(const std::string& path) {
 }
 
 PackageSpec read_package_spec(const PackageBytes& package) {
+  // As read_package_metadata checks a file: a zip archive's first bytes.
+  char magic[4] = {};
+  try {
+    if (package.size >= sizeof magic) {
+      package.read(0, magic, sizeof magic);
+    }
+  } catch (const RunnerError&) {
+  }
+  if (std::string(magic, sizeof magic) != std::string("PK\x03\x04", 4)) {
+    throw RunnerError("package is not a zip archive (an AOTI .pt2 package is one): " + package.shown +
+                          "\nPass the .pt2 file written by export_compile.",
+                      "damaged");
+  }
   auto spec = spec_from_metadata(read_checked_metadata(package), package.shown);
   check_spec_against_compiled(spec, package);
   return spec;

@@ -19,7 +19,6 @@ namespace {
 
 constexpr size_t kMinRandom = 6;   // mkdtemp's XXXXXX
 constexpr size_t kMaxRandom = 16;  // Python's tempfile uses 8
-constexpr int kMaxDepth = 32;      // an unpacked package is a few levels deep
 
 // A decimal number without sign or leading zero, that fits in 64 bits.
 std::optional<uint64_t> parse_decimal(const std::string& text) {
@@ -78,7 +77,7 @@ std::string temp_dir() {
 
 // Removes what folder `fd` holds, without following links. Errors are ignored.
 void remove_contents(int fd, int depth) {
-  if (depth > kMaxDepth) return;
+  if (depth > kMaxFolderDepth) return;
   const int listed = dup(fd);
   DIR* dir = listed < 0 ? nullptr : fdopendir(listed);
   if (dir == nullptr) {

@@ -14,6 +14,9 @@ namespace aoti_runner {
 // the Python runtime's private copy of a bundle.
 inline constexpr const char* kUnpackedFolderPrefix = "aoti_deploy_unpacked_";
 inline constexpr const char* kBundleCopyFolderPrefix = "aoti_deploy_bundle_";
+// How many folder levels the removal descends into (an unpacked package is a few levels
+// deep): what is unpacked into a private folder stays within it.
+inline constexpr int kMaxFolderDepth = 32;
 
 // A folder's owner, as its name records it: <prefix><pid>_<start>_<random>.
 struct FolderOwner {

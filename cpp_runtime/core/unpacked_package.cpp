@@ -23,6 +23,15 @@ bool starts_with(const std::string& text, const std::string& prefix) {
   return text.compare(0, prefix.size(), prefix) == 0;
 }
 
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A verified load unpacks every entry it is given before the digest is compared, so it
+// bounds how many (torch writes a few dozen; a package with a file per weight, a few
+// thousand).
+constexpr size_t kMaxHashedEntries = 65535;
+
 // The prefix torch's loader takes for the archive's folder: the first path component
 // of the first two entries, when they share one (as package_file.cpp reads it too).
 std::string archive_prefix(const std::vector<ZipEntry>& entries) {
@@ -65,6 +74,13 @@ std::string target_of(const ZipEntry& entry, const std::string& model_dir, const
 // entries that would land on one file are refused, not overwritten.
 int create_entry_file(const std::string& dir, const std::string& target, const ZipEntry& entry,
                       const std::string& shown) {
+  const auto depth = std::count(target.begin(), target.end(), '/');
+  if (depth >= kMaxFolderDepth - 1) {
+    throw RunnerError("the AOTI package " + shown + " is damaged: " + entry.name + " would be unpacked " +
+                          std::to_string(depth) + " folders deep; a package's files are at most " +
+                          std::to_string(kMaxFolderDepth - 2) + " deep. Re-create it with export_compile.",
+                      "damaged");
+  }
   make_parents(dir, target);
   const auto written = dir + "/" + target;
   const int fd = open(written.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -172,6 +188,30 @@ std::unique_ptr<UnpackedPackage> UnpackedPackage::hashed(const std::string& sour
     index_bytes.emplace_back(offset, std::string(bytes, n));
   };
   const auto entries = index_zip(size, read_index, "the AOTI package " + shown);
+  if (entries.size() > kMaxHashedEntries) {
+    throw RunnerError("the AOTI package " + shown + " has " + std::to_string(entries.size()) +
+                          " entries; a verified load unpacks at most " + std::to_string(kMaxHashedEntries) +
+                          " (an AOTI package has a few dozen).",
+                      "damaged");
+  }
+  // The index's reads, sorted and merged into ranges that do not overlap (a byte read
+  // twice must have read the same both times).
+  std::sort(index_bytes.begin(), index_bytes.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::pair<uint64_t, std::string>> merged;
+  for (auto& [offset, bytes] : index_bytes) {
+    if (!merged.empty() && offset <= merged.back().first + merged.back().second.size()) {
+      auto& [last_offset, last] = merged.back();
+      const auto overlap = std::min<uint64_t>(last_offset + last.size() - offset, bytes.size());
+      if (last.compare(offset - last_offset, overlap, bytes, 0, overlap) != 0) {
+        changed_while_read(shown);
+      }
+      last.append(bytes, overlap, std::string::npos);
+    } else {
+      merged.emplace_back(offset, std::move(bytes));
+    }
+  }
+  index_bytes = std::move(merged);
   const auto prefix = archive_prefix(entries);
   const auto model_dir = prefix + "data/aotinductor/" + model_name + "/";
   const auto constants_dir = prefix + "data/constants/";
@@ -179,10 +219,14 @@ std::unique_ptr<UnpackedPackage> UnpackedPackage::hashed(const std::string& sour
   package->folder_.emplace(kUnpackedFolderPrefix, "unpack " + shown + " into");
   const auto& dir = package->folder_->path();
   // Each entry with bytes or not (folders aside), in file order: index_zip has checked
-  // that entries lie apart, before the directory. One file is open at a time.
+  // that entries lie apart, before the directory. One file is open at a time. The
+  // loader's entries go where torch puts them (their CRC-32 checked, as a bare load
+  // checks them); of the others only what the spec check reads (JSON files and shared
+  // libraries) is written, under other/, and the rest is only hashed.
   struct Part {
     const ZipEntry* entry;
-    std::string target;
+    std::string target;  // empty: hashed, not written
+    bool loaded;
     uLong crc;
   };
   std::vector<Part> parts;
@@ -192,10 +236,11 @@ std::unique_ptr<UnpackedPackage> UnpackedPackage::hashed(const std::string& sour
       continue;
     }
     auto target = target_of(entry, model_dir, constants_dir);
-    if (target.empty()) {
+    const bool loaded = !target.empty();
+    if (!loaded && (ends_with(entry.name, ".json") || ends_with(entry.name, ".so"))) {
       target = "other/" + std::to_string(i) + ".entry";
     }
-    parts.push_back(Part{&entry, target, crc32(0L, Z_NULL, 0)});
+    parts.push_back(Part{&entry, target, loaded, crc32(0L, Z_NULL, 0)});
   }
   std::sort(parts.begin(), parts.end(),
             [](const Part& a, const Part& b) { return a.entry->data_offset < b.entry->data_offset; });
@@ -205,8 +250,9 @@ std::unique_ptr<UnpackedPackage> UnpackedPackage::hashed(const std::string& sour
   std::vector<char> buffers[2] = {std::vector<char>(1 << 20), std::vector<char>(1 << 20)};
   Sha256Thread hasher;
   uint64_t at = 0;
-  size_t next = 0;  // the first part not yet fully written
-  FileDescriptor out;  // next's file, once opened
+  size_t next = 0;      // the first part not yet fully written
+  size_t compared = 0;  // the first index range not yet wholly compared
+  FileDescriptor out;   // next's file, once opened
   for (int turn = 0;; turn ^= 1) {
     auto& buffer = buffers[turn];
     const auto got = pread(in->fd, buffer.data(), buffer.size(), static_cast<off_t>(at));
@@ -221,7 +267,12 @@ std::unique_ptr<UnpackedPackage> UnpackedPackage::hashed(const std::string& sour
       changed_while_read(shown);  // it grew
     }
     hasher.update(buffer.data(), static_cast<size_t>(got));  // returns once the other buffer is hashed
-    for (const auto& [offset, bytes] : index_bytes) {
+    while (compared < index_bytes.size() &&
+           index_bytes[compared].first + index_bytes[compared].second.size() <= at) {
+      ++compared;
+    }
+    for (size_t k = compared; k < index_bytes.size() && index_bytes[k].first < end; ++k) {
+      const auto& [offset, bytes] = index_bytes[k];
       const auto from = std::max(offset, at);
       const auto to = std::min<uint64_t>(offset + bytes.size(), end);
       if (from < to && std::memcmp(buffer.data() + (from - at), bytes.data() + (from - offset), to - from) != 0) {
@@ -230,22 +281,26 @@ std::unique_ptr<UnpackedPackage> UnpackedPackage::hashed(const std::string& sour
     }
     while (next < parts.size() && parts[next].entry->data_offset < end) {
       auto& part = parts[next];
-      if (out.fd < 0) {
+      if (out.fd < 0 && !part.target.empty()) {
         out.fd = create_entry_file(dir, part.target, *part.entry, shown);
       }
       const auto last = part.entry->data_offset + part.entry->size;
       const auto from = std::max(part.entry->data_offset, at);
       const auto to = std::min(last, end);
-      if (from < to) {
+      if (from < to && !part.target.empty()) {
         const auto* bytes = buffer.data() + (from - at);
-        part.crc = crc32(part.crc, reinterpret_cast<const Bytef*>(bytes), static_cast<uInt>(to - from));
+        if (part.loaded) {
+          part.crc = crc32(part.crc, reinterpret_cast<const Bytef*>(bytes), static_cast<uInt>(to - from));
+        }
         write_all(out.fd, bytes, static_cast<size_t>(to - from), dir + "/" + part.target);
       }
       if (last > end) {
         break;  // it goes on in the next block
       }
-      close(out.fd);
-      out.fd = -1;
+      if (out.fd >= 0) {
+        close(out.fd);
+        out.fd = -1;
+      }
       ++next;
     }
     at = end;
@@ -254,10 +309,12 @@ std::unique_ptr<UnpackedPackage> UnpackedPackage::hashed(const std::string& sour
     changed_while_read(shown);  // it shrank
   }
   for (const auto& part : parts) {
-    if (static_cast<uint32_t>(part.crc) != part.entry->crc32) {
+    if (part.loaded && static_cast<uint32_t>(part.crc) != part.entry->crc32) {
       crc_mismatch(*part.entry, shown);
     }
-    package->placed_.emplace_back(*part.entry, part.target);
+    if (!part.target.empty()) {
+      package->placed_.emplace_back(*part.entry, part.target);
+    }
   }
   package->sha256_hex_ = to_hex(hasher.finish());
   package->size_ = size;
@@ -290,8 +347,11 @@ PackageBytes UnpackedPackage::bytes(const std::string& shown) const {
         return;
       }
     }
-    for (const auto& [at, bytes] : index_bytes_) {
-      if (offset >= at && offset + n <= at + bytes.size()) {
+    const auto range = std::upper_bound(index_bytes_.begin(), index_bytes_.end(), offset,
+                                        [](uint64_t at, const auto& read) { return at < read.first; });
+    if (range != index_bytes_.begin()) {
+      const auto& [at, bytes] = *std::prev(range);
+      if (offset + n <= at + bytes.size()) {
         std::memcpy(out, bytes.data() + (offset - at), n);
         return;
       }

@@ -31,12 +31,14 @@ class UnpackedPackage {
 
   // A verified load's unpacking, in one read: the regular file `source` (opened without
   // following a link; anything else is refused, kind "bundle_layout") is read once,
-  // front to back, and every byte goes to the SHA-256 and, when it belongs to an entry,
-  // to that entry's file, from the same buffer. The zip index is read first, and the
-  // bytes it was read from are compared with the ones hashed. Besides the loader's
-  // files (as above), every other entry is written under other/ by its index, so that
-  // bytes() can give the spec reader every entry of what was hashed. Kind "damaged"
-  // (also for a file that changed while it was read).
+  // front to back, and every byte goes to the SHA-256 (on a second thread) and, when it
+  // belongs to an entry that is written, to that entry's file, from the same buffer.
+  // The zip index is read first, and the bytes it was read from are compared with the
+  // ones hashed. Besides the loader's files (as above, CRC-32 checked), the other JSON
+  // files and shared libraries, which the spec check reads, are written under other/ by
+  // their index, so that bytes() gives the spec reader only bytes that were hashed; the
+  // rest is hashed only. At most 65535 entries, each at most kMaxFolderDepth - 2 deep.
+  // Kind "damaged" (also for a file that changed while it was read).
   static std::unique_ptr<UnpackedPackage> hashed(const std::string& source, const std::string& shown,
                                                  const std::string& model_name = "model");
   // hashed()'s: the file's SHA-256 (hex) and size.
