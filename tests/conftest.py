@@ -318,16 +318,34 @@ def run_both_runtimes(build: Build, op_lib: Path, package: Path, x: torch.Tensor
     return torch.load(tmp / "py.pt")[0], torch.load(tmp / "cpp.pt")[0]
 
 
+def _run_matrix_in_worker(work_dir: str, runner: str, op_library: str, dtypes: tuple[str, ...], onnx: bool) -> list:
+    from aoti_deploy.bench.parity import run_matrix
+
+    return run_matrix(Path(work_dir), Path(runner), Path(op_library), dtypes=dtypes, onnx=onnx)
+
+
 @pytest.fixture(scope="session")
 def parity_matrix(tmp_path_factory: pytest.TempPathFactory, build: Build, op_library: Path):
     """The full parity matrix, once: 4 dtypes x static/dynamic x random/special, with
     the ONNX column when the ONNX extra is installed. Its packages (e.g.
-    model_float32_dynamic.pt2) are shared with other tests."""
-    from aoti_deploy.runtime.onnx_extra import missing_onnx_packages
+    model_float32_dynamic.pt2) are shared with other tests. Half the dtypes run in a
+    worker process while this one runs the other half (two cores)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     from aoti_deploy.bench.parity import run_matrix
+    from aoti_deploy.package.dtypes import DTYPES
+    from aoti_deploy.runtime.onnx_extra import missing_onnx_packages
 
     work_dir = tmp_path_factory.mktemp("parity")
-    return work_dir, run_matrix(work_dir, build.runner, op_library, onnx=not missing_onnx_packages())
+    onnx = not missing_onnx_packages()
+    dtypes = tuple(DTYPES)
+    here, there = dtypes[: len(dtypes) // 2], dtypes[len(dtypes) // 2:]
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        elsewhere = pool.submit(_run_matrix_in_worker, str(work_dir), str(build.runner), str(op_library), there, onnx)
+        results = run_matrix(work_dir, build.runner, op_library, dtypes=here, onnx=onnx)
+        results += elsewhere.result()
+    return work_dir, results
 
 
 @pytest.fixture(scope="session")
@@ -429,22 +447,46 @@ def _dynamic_shapes(name: str, kwargs: dict[str, torch.Tensor]) -> dict[str, dic
     return {"pixel_values": {0: batch}}
 
 
-@pytest.fixture(scope="session")
-def zoo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ZooModel]:
-    """The zoo's packages, exported through the API once per session (one compile
-    each), shared by tests/test_zoo.py and the Triton tests."""
-    require_transformers()
-    out = tmp_path_factory.mktemp("zoo")
+def _export_zoo(names: tuple[str, ...], out: str) -> dict[str, ZooModel]:
+    """Export the zoo's ``names`` into ``out``: the zoo fixture's work, also done in a
+    worker process (whose results are only its files)."""
     import aoti_deploy
 
     factories = _zoo_factories()
     built = {}
-    for name in ZOO:
+    for name in names:
         model, kwargs = factories[name](keywords=True)
         package = aoti_deploy.export(model, (), kwargs, dynamic_shapes=_dynamic_shapes(name, kwargs),
-                                     package_path=out / f"{name}.pt2")
+                                     package_path=Path(out) / f"{name}.pt2")
         built[name] = ZooModel(name, model, kwargs, package)
     return built
+
+
+def _export_zoo_in_worker(names: tuple[str, ...], out: str) -> None:
+    _export_zoo(names, out)
+
+
+@pytest.fixture(scope="session")
+def zoo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ZooModel]:
+    """The zoo's packages, exported through the API once per session (one compile
+    each), shared by tests/test_zoo.py and the Triton tests. Three models compile in a
+    worker process while this one compiles the other two (two cores); their
+    export here then finds each package built from the same inputs at its path (the
+    export cache's hit, which verifies it against eager again)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    require_transformers()
+    out = tmp_path_factory.mktemp("zoo")
+    here, there = ("bert", "gpt2"), ("t5_encoder", "vit", "resnet")
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        elsewhere = pool.submit(_export_zoo_in_worker, there, str(out))
+        built = _export_zoo(here, str(out))
+        elsewhere.result()
+    built.update(_export_zoo(there, str(out)))
+    for name in there:
+        assert built[name].package.result is not None and built[name].package.result.cached, name
+    return {name: built[name] for name in ZOO}
 
 
 def zoo_other_shape(name: str) -> dict[str, torch.Tensor]:
