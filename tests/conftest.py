@@ -33,7 +33,13 @@ requires_cuda = pytest.mark.cuda
 CUDA_SKIP_REASON = "needs a CUDA device"
 
 
+# Whether a collected test uses the zoo (its compiles then start with the session).
+_ZOO_WANTED = False
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    global _ZOO_WANTED
+    _ZOO_WANTED = any("zoo" in getattr(item, "fixturenames", ()) for item in items)
     if torch.cuda.is_available():
         return
     if os.environ.get("AOTI_DEPLOY_REQUIRE_CUDA") == "1":
@@ -463,30 +469,56 @@ def _export_zoo(names: tuple[str, ...], out: str) -> dict[str, ZooModel]:
 
 
 def _export_zoo_in_worker(names: tuple[str, ...], out: str) -> None:
-    _export_zoo(names, out)
+    """A worker process's body: the exports, or the traceback in out/worker_error.txt."""
+    try:
+        _export_zoo(names, out)
+    except BaseException:
+        import traceback
+
+        (Path(out) / "worker_error.txt").write_text(traceback.format_exc())
+        raise
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _zoo_prefetch(tmp_path_factory: pytest.TempPathFactory):
+    """When a collected test uses the zoo, its five compiles start with the session in
+    a worker process, on the core the mostly single-threaded tests leave free; the zoo
+    fixture, much later in the run, then finds the packages built. A worker still
+    running at the session's end is stopped."""
+    import importlib.util
+    import multiprocessing
+
+    if not _ZOO_WANTED or importlib.util.find_spec("transformers") is None:
+        yield None
+        return
+    out = tmp_path_factory.mktemp("zoo")
+    worker = multiprocessing.get_context("spawn").Process(target=_export_zoo_in_worker, args=(ZOO, str(out)),
+                                                        name="zoo exports")
+    worker.start()
+    yield out, worker
+    if worker.is_alive():
+        worker.terminate()
+    worker.join(timeout=60)
 
 
 @pytest.fixture(scope="session")
-def zoo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ZooModel]:
+def zoo(_zoo_prefetch) -> dict[str, ZooModel]:
     """The zoo's packages, exported through the API once per session (one compile
-    each), shared by tests/test_zoo.py and the Triton tests. Three models compile in a
-    worker process while this one compiles the other two (two cores); their
-    export here then finds each package built from the same inputs at its path (the
-    export cache's hit, which verifies it against eager again)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
+    each), shared by tests/test_zoo.py and the Triton tests. The compiles ran in the
+    worker _zoo_prefetch started; each export here finds its package built from the
+    same inputs at its path (the export cache's hit, which verifies it against eager
+    again)."""
     require_transformers()
-    out = tmp_path_factory.mktemp("zoo")
-    here, there = ("bert", "gpt2"), ("t5_encoder", "vit", "resnet")
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        elsewhere = pool.submit(_export_zoo_in_worker, there, str(out))
-        built = _export_zoo(here, str(out))
-        elsewhere.result()
-    built.update(_export_zoo(there, str(out)))
-    for name in there:
+    assert _zoo_prefetch is not None, "the zoo's worker was not started"
+    out, worker = _zoo_prefetch
+    worker.join(timeout=1800)
+    error = out / "worker_error.txt"
+    assert worker.exitcode == 0, f"the zoo's exports failed (exit {worker.exitcode}):\n" + (
+        error.read_text() if error.exists() else "no traceback written")
+    built = _export_zoo(ZOO, str(out))
+    for name in ZOO:
         assert built[name].package.result is not None and built[name].package.result.cached, name
-    return {name: built[name] for name in ZOO}
+    return built
 
 
 def zoo_other_shape(name: str) -> dict[str, torch.Tensor]:
