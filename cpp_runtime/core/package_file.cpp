@@ -260,13 +260,8 @@ PackageBytes package_file_bytes(const std::string& path) {
     throw RunnerError("could not open " + path + ": " + std::strerror(errno), "not_found");
   }
   const auto read = [file, path](uint64_t offset, void* out, size_t n) {
-    auto* bytes = static_cast<char*>(out);
-    for (size_t done = 0; done < n;) {
-      const auto got = pread(file->fd, bytes + done, n - done, static_cast<off_t>(offset + done));
-      if (got <= 0) {
-        throw RunnerError("could not read " + path + " (it changed while being read?).", "damaged");
-      }
-      done += static_cast<size_t>(got);
+    if (!pread_fully(file->fd, offset, out, n)) {
+      throw RunnerError("could not read " + path + " (it changed while being read?).", "damaged");
     }
   };
   return PackageBytes{static_cast<uint64_t>(info.st_size), read, path};

@@ -122,14 +122,8 @@ UnpackedPackage::UnpackedPackage(const std::string& path, const std::string& sho
   }
   const auto size = static_cast<uint64_t>(info.st_size);
   const auto read_at = [&](uint64_t offset, void* out, size_t n) {
-    auto* bytes = static_cast<char*>(out);
-    for (size_t done = 0; done < n;) {
-      const auto got = pread(in.fd, bytes + done, n - done, static_cast<off_t>(offset + done));
-      if (got <= 0) {
-        throw RunnerError("could not read the AOTI package " + shown + " (it changed while being read?).",
-                          "damaged");
-      }
-      done += static_cast<size_t>(got);
+    if (!pread_fully(in.fd, offset, out, n)) {
+      changed_while_read(shown);
     }
   };
   const auto entries = index_zip(size, read_at, "the AOTI package " + shown);
@@ -177,15 +171,10 @@ std::unique_ptr<UnpackedPackage> UnpackedPackage::hashed(const std::string& sour
   // The index, read where it says and kept: the stream below must see the same bytes.
   auto& index_bytes = package->index_bytes_;
   const ReadAt read_index = [&](uint64_t offset, void* out, size_t n) {
-    auto* bytes = static_cast<char*>(out);
-    for (size_t done = 0; done < n;) {
-      const auto got = pread(in->fd, bytes + done, n - done, static_cast<off_t>(offset + done));
-      if (got <= 0) {
-        changed_while_read(shown);
-      }
-      done += static_cast<size_t>(got);
+    if (!pread_fully(in->fd, offset, out, n)) {
+      changed_while_read(shown);
     }
-    index_bytes.emplace_back(offset, std::string(bytes, n));
+    index_bytes.emplace_back(offset, std::string(static_cast<const char*>(out), n));
   };
   const auto entries = index_zip(size, read_index, "the AOTI package " + shown);
   if (entries.size() > kMaxHashedEntries) {
@@ -334,15 +323,9 @@ PackageBytes UnpackedPackage::bytes(const std::string& shown) const {
       if (offset + n <= entry.data_offset + entry.size) {
         const auto path = folder_->path() + "/" + target;
         FileDescriptor file{open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)};
-        auto* bytes = static_cast<char*>(out);
-        for (size_t done = 0; done < n;) {
-          const auto got = pread(file.fd, bytes + done, n - done,
-                                 static_cast<off_t>(offset - entry.data_offset + done));
-          if (got <= 0) {
-            throw RunnerError("could not read " + path + " (the unpacked " + entry.name + " of " + shown + ")",
-                              "damaged");
-          }
-          done += static_cast<size_t>(got);
+        if (!pread_fully(file.fd, offset - entry.data_offset, out, n)) {
+          throw RunnerError("could not read " + path + " (the unpacked " + entry.name + " of " + shown + ")",
+                            "damaged");
         }
         return;
       }
