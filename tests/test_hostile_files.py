@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import pickle
 import struct
+import subprocess
 import zlib
 import zipfile
 from dataclasses import dataclass
@@ -161,6 +163,40 @@ def test_the_tensor_case_builders_change_only_what_they_say(build: Build, op_lib
     assert done.returncode == 0 and "PASSED" in done.stdout, done.stdout + done.stderr
     assert numel_in_pickle(NUMEL)(tmp_path).read_bytes() == rewrite_zip(
         good_tensor_file(tmp_path), tmp_path / "same.pt", lambda n, d: d).read_bytes()
+
+
+def peak_memory_mb(*args: object) -> tuple[int, str, float]:
+    """Run a process to its end; its exit code, output and peak resident memory (MiB),
+    from the kernel's accounting of that one child (wait4)."""
+    process = subprocess.Popen([str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert process.stdout is not None
+    output = process.stdout.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return process.returncode, output, usage.ru_maxrss / 1024
+
+
+def test_a_tensor_file_of_many_views_reads_their_storage_once(build: Build, op_library: Path,
+                                                               compiled_package: CompiledPackage,
+                                                               tmp_path: Path) -> None:
+    """torch.save names a storage again for every view of it. aoti_runner read the
+    record afresh for each name: 800 views of one 1 MiB storage (a 1.1 MiB file) took
+    800 MiB of reads, and a crafted 64 KB file ran the fuzzer out of memory. torch.load
+    reads each storage once; so must the runner."""
+    storage = torch.arange(1 << 18, dtype=torch.float32)  # 1 MiB
+    one = tmp_path / "one_view.pt"
+    many = tmp_path / "many_views.pt"
+    torch.save([storage[0:1]], one)
+    torch.save([storage[i:i + 1] for i in range(800)], many)
+    assert many.stat().st_size - one.stat().st_size < 128 * 1024  # the same storage, written once
+    peaks = {}
+    for name, file in (("one", one), ("many", many)):
+        code, output, peaks[name] = peak_memory_mb(build.runner, compiled_package.path, op_library,
+                                                   "--inputs", file)
+        assert code == 2, output
+        expected = "got 800" if name == "many" else "expected rank"
+        assert expected in output, output
+    assert peaks["many"] - peaks["one"] < 64, peaks
 
 
 # --- packages ---------------------------------------------------------------------
