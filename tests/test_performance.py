@@ -363,6 +363,13 @@ def test_cache_key_changes_with_each_component(op_library, tmp_path, monkeypatch
     monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE", "1")
     assert _key(model) != base, "Inductor settings"
     monkeypatch.delenv("TORCHINDUCTOR_MAX_AUTOTUNE")
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads + 1)
+        assert _key(model) != base, "intra-op threads (the prepacked weights' layout)"
+    finally:
+        torch.set_num_threads(threads)
+    assert _key(model) == base
     monkeypatch.setattr(torch, "__version__", "0.0.0-test")
     assert _key(model) != base, "torch version"
 
