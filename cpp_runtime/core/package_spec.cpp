@@ -667,6 +667,9 @@ PackageSpec parse_spec_document(const json& document) {
   }
   spec.cpu_flags = strings("cpu_flags", false);
   spec.cpu_target = get_string(get("cpu_target", ""), "cpu_target");
+  if (document.contains("intra_op_threads")) {
+    spec.intra_op_threads = get_int(document.at("intra_op_threads"), "intra_op_threads", 1);
+  }
   spec.python_only_ops = strings("python_only_ops", true);
   spec.fake_modules = strings("fake_modules", false);
 
@@ -755,6 +758,9 @@ json spec_to_document(const PackageSpec& spec) {
   }
   if (!spec.cpu_target.empty()) {  // written only when recorded, as in Python
     document["cpu_target"] = spec.cpu_target;
+  }
+  if (spec.intra_op_threads > 0) {  // written only when recorded, as in Python
+    document["intra_op_threads"] = spec.intra_op_threads;
   }
   if (!spec.op_library_namespaces.empty()) {  // written only when known, as in Python
     document["op_library_namespaces"] = spec.op_library_namespaces;
@@ -1002,6 +1008,8 @@ std::vector<std::pair<std::string, std::string>> describe_package(const PackageS
   rows.emplace_back("torch version", spec.torch_version);
   rows.emplace_back("platform", aoti("AOTI_PLATFORM") + " " + aoti("AOTI_MACHINE"));
   rows.emplace_back("cpu target", spec.cpu_target.empty() ? "native (not recorded)" : spec.cpu_target);
+  rows.emplace_back("intra-op threads",
+                    spec.intra_op_threads > 0 ? std::to_string(spec.intra_op_threads) : "not recorded");
   rows.emplace_back("cpu isa", aoti("AOTI_CPU_ISA"));
   rows.emplace_back("compute capability", aoti("AOTI_COMPUTE_CAPABILITY"));
   if (!spec.onnx_mode.empty()) {

@@ -116,6 +116,9 @@ struct PackageSpec {
   std::vector<std::string> cpu_flags;
   // "native", a target such as "x86-64-v3", or "" (from before targets were recorded).
   std::string cpu_target;
+  // The intra-op thread count the package was compiled (its weights laid out) for; 0
+  // when not recorded (older packages, CUDA packages).
+  int64_t intra_op_threads = 0;
   // Ops only Python can run (exported with --allow-python-ops): this runner refuses.
   std::vector<std::string> python_only_ops;
   // Modules the Python runner imports for fakes or Python ops (shown by --inspect).

@@ -73,6 +73,9 @@ class PackageSpec:
     # What the compiled code was built for: "native" or e.g. "x86-64-v3"; "" in
     # packages from before targets were recorded (those were all native).
     cpu_target: str = ""
+    # The intra-op thread count the package was compiled (and its weights laid out)
+    # for; 0 in packages from before it was recorded, and in CUDA packages and ONNX files.
+    intra_op_threads: int = 0
     # Custom ops only Python can run (written with --allow-python-ops): the C++
     # runner refuses such a package up front.
     python_only_ops: list[str] = field(default_factory=list)
@@ -140,6 +143,7 @@ class PackageSpec:
             "torch_version": self.torch_version,
             "cpu_flags": list(self.cpu_flags),
             **({"cpu_target": self.cpu_target} if self.cpu_target else {}),
+            **({"intra_op_threads": self.intra_op_threads} if self.intra_op_threads else {}),
             "optimizations": self.optimizations,
             "cache_key": self.cache_key,
             "verified": self.verified,
@@ -186,6 +190,7 @@ class PackageSpec:
             ("torch version", self.torch_version),
             ("platform", f"{self.aoti.get('AOTI_PLATFORM', '')} {self.aoti.get('AOTI_MACHINE', '')}"),
             ("cpu target", self.cpu_target or "native (not recorded)"),
+            ("intra-op threads", str(self.intra_op_threads) if self.intra_op_threads else "not recorded"),
             ("cpu isa", self.aoti.get("AOTI_CPU_ISA", "")),
             ("compute capability", self.aoti.get("AOTI_COMPUTE_CAPABILITY", "")),
         ]
@@ -330,6 +335,8 @@ def parse_document(document: Any) -> PackageSpec:
         example_shapes=shapes,
         cpu_flags=strings("cpu_flags"),
         cpu_target=str_of(get("cpu_target", ""), "cpu_target"),
+        intra_op_threads=int_of(document["intra_op_threads"], "intra_op_threads", low=1)
+        if "intra_op_threads" in document else 0,
         python_only_ops=strings("python_only_ops", qualified=True),
         fake_modules=strings("fake_modules"),
         optimizations=str_of(get("optimizations", ""), "optimizations"),
