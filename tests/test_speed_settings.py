@@ -93,12 +93,16 @@ def test_a_setting_that_breaks_a_model_is_dropped_and_said(monkeypatch: pytest.M
 
 def test_tune_keeps_the_fastest_verified_candidate(tmp_path, build) -> None:  # noqa: ANN001
     """Every candidate compiled, verified and timed in the C++ runner; the package is
-    the fastest one's, records every row, and inspect shows them."""
+    the fastest one's, records every row, and inspect shows them. Tuned for 1 intra-op
+    thread (``threads``): the package records it, and the export leaves this
+    process's thread count as it was."""
     generator = torch.Generator().manual_seed(1)
     x, y = torch.randn(64, 1024, generator=generator), torch.randn(64, 1024, generator=generator)
     stages: list[str] = []
+    threads = torch.get_num_threads()
     package = ad.export(MulAdd(), (x, y), package_path=tmp_path / "tuned.pt2", optimize="tune",
-                        on_stage=stages.append)
+                        on_stage=stages.append, threads=1)
+    assert package.spec.intra_op_threads == 1 and torch.get_num_threads() == threads
     rows = package.spec.tuning
     assert [row["name"] for row in rows] == [
         "toolkit defaults (freezing)", "Inductor's defaults", "freezing + C++ GEMM template", "freezing, NCHW layout"]
@@ -122,9 +126,10 @@ def test_tune_stops_at_its_budget(tmp_path, build) -> None:  # noqa: ANN001
     """From the CLI: the first candidate is always tried; once the budget is spent,
     the others are recorded as not tried."""
     out = tmp_path / "budget.pt2"
-    result = run_cli("aoti-deploy", "export", "--output", str(out), "--tune", "--tune-budget", "1", cwd=tmp_path,
-                     build=build, COLUMNS="200")
+    result = run_cli("aoti-deploy", "export", "--output", str(out), "--tune", "--tune-budget", "1", "--threads", "3",
+                     cwd=tmp_path, build=build, COLUMNS="200")
     assert result.returncode == 0, result.stdout + result.stderr
+    assert read_package_spec(out).intra_op_threads == 3
     rows = read_package_spec(out).tuning
     assert rows[0]["result"] == "verified; chosen, the fastest"
     assert [row["result"] for row in rows[1:]] == ["not tried: the tuning budget of 1 s was spent"] * (len(rows) - 1)
@@ -135,6 +140,10 @@ def test_tune_stops_at_its_budget(tmp_path, build) -> None:  # noqa: ANN001
     ({"optimize": "fast"}, "optimize must be True, False or 'tune'; got 'fast'"),
     ({"optimize": "tune", "target": "onnx"}, "tunes .pt2 packages for the CPU, but this export's target is onnx on cpu"),
     ({"optimize": "tune", "tune_budget": 0}, "tune_budget must be a positive number of seconds; got 0"),
+    ({"threads": 0}, "threads must be an intra-op thread count from 1 to 4096; got 0"),
+    ({"threads": True}, "threads must be an intra-op thread count from 1 to 4096; got True"),
+    ({"threads": 2, "target": "onnx"}, "threads sets the intra-op thread count a CPU .pt2 package is compiled for, "
+                                       "but this export's target is onnx on cpu; leave threads out"),
 ])
 def test_tune_options_are_checked(values: dict, expected: str, tmp_path) -> None:  # noqa: ANN001
     with pytest.raises(ad.InputError) as error:
@@ -155,3 +164,5 @@ def test_freezing_really_prepacks(tmp_path) -> None:  # noqa: ANN001
                        if name.endswith("wrapper.cpp"))
     assert package.spec.inductor_configs == {"freezing": True}
     assert "_convolution_pointwise" in code
+    # Laid out for this process's thread count, which the package records.
+    assert package.spec.intra_op_threads == torch.get_num_threads()

@@ -153,7 +153,8 @@ def export(
             ``tolerance`` (also "bitwise", "close", {"rtol": R, "atol": A} or
             {"max_ulp": N}), ``input_values``, ``allow_python_ops``,
             ``inductor_configs``, ``device``, ``force``, ``target``, ``onnx_mode``,
-            ``seed``, ``optimize``, ``tune_budget``, ``references``; ``quantize``
+            ``seed``, ``optimize``, ``tune_budget``, ``threads`` (the intra-op
+            thread count the package will run at), ``references``; ``quantize``
             ("int8" or "int8-dynamic") with ``calibration`` (a list of calls), and
             ``precision`` ("bf16"): see docs/int8.md.
 

@@ -116,6 +116,7 @@ def export_graph(
             example_shapes=[tuple(x.shape) for x in traced.tensors()],
             cpu_flags=_cpu_flags(options),
             cpu_target=options.cpu_target,
+            intra_op_threads=options.intra_op_threads(),
             python_only_ops=sorted(python_ops),
             fake_modules=list(options.fake_modules) + _defining_modules(python_ops, example.source_module),
             optimizations=f"{optimization}; {guards.summary()}{precision_note}",

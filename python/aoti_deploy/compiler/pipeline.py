@@ -76,6 +76,22 @@ def export_and_compile(
         InputError, VerificationError: from the stages.
     """
     options.validate(output)
+    # The compile, its checks and the cache key at the package's thread count: with
+    # freezing, oneDNN lays convolution weights out for it.
+    threads, previous = options.intra_op_threads(), torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        return _export_and_compile(source, options, output, on_stage, dynamic_shapes, program)
+    finally:
+        if threads:
+            torch.set_num_threads(previous)
+
+
+def _export_and_compile(
+    source: ModelSource, options: ExportOptions, output: Path, on_stage: Callable[[str], None] | None,
+    dynamic_shapes: Any, program: torch.export.ExportedProgram | None,
+) -> BuildResult:
     if not isinstance(source, ModelExample):
         source.check()
     timings: dict[str, float] = {}

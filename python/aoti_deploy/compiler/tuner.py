@@ -122,7 +122,7 @@ def tune(run: ExportRun, exported: ExportedGraph, key: str, result: BuildResult)
 
 def _time(run: ExportRun, path: Path, found: StagedCheck) -> float:
     """The candidate's p50 in µs on the example inputs: in the C++ runner (its own
-    timing, all cores), or in the Python runtime for a package only Python can run.
+    timing, at the package's intra-op thread count), or in the Python runtime for a package only Python can run.
     A few runs first, then about two seconds' worth."""
     inputs = list(run.example.inputs)
     if found.spec.python_only_ops:
@@ -136,6 +136,7 @@ def _time(run: ExportRun, path: Path, found: StagedCheck) -> float:
             times.append(time.perf_counter() - started)
         return statistics.median(times) * 1e6
     runner = CppRunner(path, [str(p) for p in run.libraries])
-    first = float(runner.bench(inputs, 3, 1)["p50_us"])
+    threads = ("--intra-op-threads", str(run.options.intra_op_threads()))
+    first = float(runner.bench(inputs, 3, 1, *threads)["p50_us"])
     iterations = max(5, min(200, int(_TIMING_SECONDS * 1e6 / max(first, 1.0))))
-    return float(runner.bench(inputs, iterations, 2)["p50_us"])
+    return float(runner.bench(inputs, iterations, 2, *threads)["p50_us"])
