@@ -503,6 +503,9 @@ int run(const Options& options) {
     bench_options.floor = spec.is_identity ? Floor::kIdentityFourCopies : Floor::kCopyInputsOutputs;
     const auto result = bench_package(model.package, ready, bench_options, model.package_shown, model.unpacked);
     std::cout << describe_bench(result, describe_malloc_policy(malloc_policy));
+    if (const auto note = thread_count_note(spec.intra_op_threads, result.intra_op_threads); !note.empty()) {
+      std::cout << "note: " << note << "\n";
+    }
     const auto json = bench_json(result, options.malloc_policy);
     std::cout << "bench json: " << json << "\n";
     if (!options.bench_json.empty()) {
@@ -519,6 +522,9 @@ int run(const Options& options) {
     }
     outputs = result.reference_outputs;
   } else {
+    if (const auto note = thread_count_note(spec.intra_op_threads, at::get_num_threads()); !note.empty()) {
+      std::cout << "note: " << note << "\n";
+    }
     outputs = run_package(model.package, ready, model.package_shown, model.unpacked);
   }
   std::cout << "ran " << options.package << ": " << outputs.size() << " output(s)\n";

@@ -37,6 +37,34 @@ def test_runner_output_file_is_bit_identical_to_python_runtime(build, compiled_p
     assert compare_bits(cpp_output[0], compiled_package.inputs[0]).identical
 
 
+def test_a_package_run_at_another_thread_count_is_said_in_both_runtimes(build, compiled_package, tmp_path):
+    """The package records the intra-op thread count it was compiled for (its weights'
+    layout); both runtimes run at their own count (OMP_NUM_THREADS here) and, when it
+    differs, say so in the same words, with the export flag that fixes it."""
+    from conftest import run_cli
+    from aoti_deploy.package.archive import read_package_spec
+
+    compiled = read_package_spec(compiled_package.path).intra_op_threads
+    assert compiled >= 1
+    other = 1 if compiled > 1 else 2  # torch caps OMP_NUM_THREADS at the CPUs this process may use
+    note = (f"note: this package was compiled for {compiled} intra-op thread(s) and runs at {other}: its "
+            f"convolution weights are laid out for {compiled}")
+    fix = f"To run at {other}, export with --threads {other} (threads={other})."
+    lines = {}
+    for threads in (compiled, other):
+        environment = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+        cpp = run_cmd(build.runner, compiled_package.path, build.op_library, "--seed", "3", env=environment)
+        python = run_cli("run_inference", compiled_package.path, "--seed", "3", cwd=tmp_path, build=build,
+                         OMP_NUM_THREADS=str(threads))
+        for name, result in (("cpp", cpp), ("python", python)):
+            assert result.returncode == 0 and "PASSED" in result.stdout, result.stdout + result.stderr
+            lines[name, threads] = [line for line in result.stdout.splitlines() if line.startswith("note: ")]
+    assert lines["cpp", compiled] == lines["python", compiled] == []
+    assert lines["cpp", other] == lines["python", other], lines
+    (shown,) = lines["cpp", other]
+    assert shown.startswith(note) and shown.endswith(fix), shown
+
+
 def test_runner_with_random_input_passes(build, compiled_package):
     result = run_cmd(build.runner, compiled_package.path, build.op_library, "--seed", "3")
     assert result.returncode == 0, result.stderr

@@ -874,6 +874,34 @@ def test_rolling_through_package_versions_keeps_two_idle_packages(served: Served
     assert served.server.running()
 
 
+def test_a_model_served_at_another_thread_count_than_its_compile_is_logged(served: Served) -> None:
+    """The backend logs a warning when a model's instances run at another intra-op
+    thread count than the package was compiled (its weights laid out) for, naming both
+    fixes; at the recorded count, none."""
+    from aoti_deploy.package.archive import read_package_spec
+
+    log = served.server.log_file
+    assert log is not None
+    compiled = read_package_spec(served.repository / DEMO / "1" / "model.pt2").intra_op_threads
+    assert compiled >= 1
+    warned = {}
+    for name, threads in (("threads_as_compiled", compiled), ("threads_other", compiled + 1)):
+        copy_model(served, DEMO, name, parameters={"intra_op_threads": str(threads)})
+        offset = log.stat().st_size
+        served.server.load_model(name)
+        unload_and_wait(served.server, name)
+        with log.open("rb") as text:
+            text.seek(offset)
+            warned[threads] = [line for line in text.read().decode(errors="replace").splitlines()
+                               if f"model {name}: this package was compiled for" in line]
+    assert warned[compiled] == []
+    (line,) = warned[compiled + 1]
+    assert (f"compiled for {compiled} intra-op thread(s) and runs at {compiled + 1}" in line
+            and f"export with --threads {compiled + 1}" in line
+            and f"Or set the model's intra_op_threads parameter to {compiled}." in line), line
+    assert served.server.running()
+
+
 def _bad_requests_fail_alone(served: Served, name: str, package: Path, model: torch.nn.Module,
                              requests: list[list[torch.Tensor]], bad: dict[int, str], seed: int,
                              status: str | None = None) -> None:

@@ -106,4 +106,16 @@ int intra_op_threads_for(int cpus, int64_t serving_threads, int reserved) {
   return static_cast<int>(std::max<int64_t>(1, left / std::max<int64_t>(1, serving_threads)));
 }
 
+std::string thread_count_note(int64_t compiled, int running) {
+  if (compiled <= 0 || running <= 0 || compiled == running) {
+    return "";
+  }
+  const auto n = std::to_string(compiled);
+  const auto m = std::to_string(running);
+  return "this package was compiled for " + n + " intra-op thread(s) and runs at " + m +
+         ": its convolution weights are laid out for " + n + ", and at another count oneDNN may lay some out "
+         "again on every call (a ResNet-50 ran 2.3x slower), and outputs differ in bits from runs at " + n +
+         ". To run at " + m + ", export with --threads " + m + " (threads=" + m + ").";
+}
+
 }  // namespace aoti_runner

@@ -27,4 +27,11 @@ int usable_cpus(int affinity, std::optional<double> quota);
 // front end): (cpus - reserved) / serving_threads, at least 1.
 int intra_op_threads_for(int cpus, int64_t serving_threads, int reserved = 0);
 
+// A package compiled for `compiled` intra-op threads (its spec's intra_op_threads; 0:
+// not recorded) that runs at `running`: "" when they agree or nothing is recorded,
+// else what that costs and how to export for `running` (the runner prints it, the
+// Triton backend logs it). With freezing, oneDNN lays convolution weights out for the
+// compile's count, and at another count may lay some out again on every call.
+std::string thread_count_note(int64_t compiled, int running);
+
 }  // namespace aoti_runner

@@ -150,6 +150,12 @@ std::unique_ptr<ModelState> load_model(TRITONBACKEND_Model* model) {
                                                                      " usable CPU(s), with every loaded instance") +
           ")",
       __LINE__);
+  if (const auto note = aoti_runner::thread_count_note(spec.intra_op_threads, threads); !note.empty()) {
+    log(TRITONSERVER_LOG_WARN,
+        "model " + state->name + ": " + note + " Or set the model's intra_op_threads parameter to " +
+            std::to_string(spec.intra_op_threads) + ".",
+        __LINE__);
+  }
   return state;
 }
 

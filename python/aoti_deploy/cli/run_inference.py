@@ -111,8 +111,11 @@ def run_inference(
     put_working_folder_on_path()
     # The stages import torch: here, not at module level, so --help starts without it.
     try:
+        import torch
+
         from ..package.spec import tensor_label, tensor_names
         from ..runtime.aoti import scalar_output_lines, to_package_device
+        from ..runtime.preflight import thread_count_note
         from ..runtime.random_inputs import make_random_inputs
         from ..runtime.session import open_session
         from ..runtime.tensor_files import load_tensors, save_tensors
@@ -162,6 +165,8 @@ def run_inference(
             for i, tensor in enumerate(tensors):  # the same lines as aoti_runner's
                 label = tensor_label("input", i, spec.inputs)
                 console.print(f"{label}: {list(tensor.shape)} {spec.inputs[i].dtype} on {spec.device}")
+            if note := thread_count_note(spec.intra_op_threads, torch.get_num_threads()):
+                console.print(f"note: {note}")
             with held_stderr():
                 results = package.run(tensors)
             console.print(f"ran {model_path}: {len(results)} output(s)")

@@ -71,6 +71,20 @@ def _base_version(version: str) -> str:
     return version.split("+", 1)[0]
 
 
+def thread_count_note(compiled: int, running: int) -> str:
+    """A package compiled for ``compiled`` intra-op threads (its spec's; 0: not
+    recorded) that runs at ``running``: "" when they agree, else what that costs and how
+    to export for ``running``. The same words as thread_count_note in
+    cpp_runtime/core/cpu_budget.cpp."""
+    if compiled <= 0 or running <= 0 or compiled == running:
+        return ""
+    n, m = compiled, running
+    return (f"this package was compiled for {n} intra-op thread(s) and runs at {m}: its convolution weights are "
+            f"laid out for {n}, and at another count oneDNN may lay some out again on every call (a ResNet-50 "
+            f"ran 2.3x slower), and outputs differ in bits from runs at {n}. To run at {m}, export with "
+            f"--threads {m} (threads={m}).")
+
+
 def check_runs_here(spec: PackageSpec, host: HostFacts) -> None:
     """Raise PackageError if the package targets a torch version, device, machine or
     CPU this process cannot run, or (without Python) calls Python-only ops: instead
