@@ -47,8 +47,8 @@ def test_a_package_run_at_another_thread_count_is_said_in_both_runtimes(build, c
     compiled = read_package_spec(compiled_package.path).intra_op_threads
     assert compiled >= 1
     other = 1 if compiled > 1 else 2  # torch caps OMP_NUM_THREADS at the CPUs this process may use
-    note = (f"note: this package was compiled for {compiled} intra-op thread(s) and runs at {other}: its "
-            f"convolution weights are laid out for {compiled}")
+    note = (f"note: this package was compiled for {compiled} intra-op thread(s) and runs at {other}: oneDNN "
+            f"laid any convolution weights it holds out for {compiled}")
     fix = f"To run at {other}, export with --threads {other} (threads={other})."
     lines = {}
     for threads in (compiled, other):

@@ -363,15 +363,37 @@ def test_cache_key_changes_with_each_component(op_library, tmp_path, monkeypatch
     monkeypatch.setenv("TORCHINDUCTOR_MAX_AUTOTUNE", "1")
     assert _key(model) != base, "Inductor settings"
     monkeypatch.delenv("TORCHINDUCTOR_MAX_AUTOTUNE")
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(threads + 1)
-        assert _key(model) != base, "intra-op threads (the prepacked weights' layout)"
-    finally:
-        torch.set_num_threads(threads)
-    assert _key(model) == base
     monkeypatch.setattr(torch, "__version__", "0.0.0-test")
     assert _key(model) != base, "torch version"
+
+
+def test_the_cache_key_of_a_cpu_package_counts_its_thread_count(tmp_path):
+    """A CPU package's weights are laid out for its intra-op thread count (the export's
+    ``threads``, else this process's), so each count is its own package; an ONNX file's
+    key does not count it."""
+    from aoti_deploy.compiler.cache import build_cache_key
+    from aoti_deploy.compiler.options import ExportOptions
+    from aoti_deploy.models.example import given_example
+    from aoti_deploy.models.call import CallInputs
+
+    example = given_example(torch.nn.Linear(4, 2), CallInputs((torch.zeros(1, 4),)), "cpu")
+
+    def key(**values):
+        return build_cache_key(example, ExportOptions(**values), [], None)
+
+    threads = torch.get_num_threads()
+    assert key() == key(threads=threads)
+    assert key(threads=threads + 1) != key()
+    try:
+        torch.set_num_threads(threads + 1)
+        assert key() == key(threads=threads + 1)
+    finally:
+        torch.set_num_threads(threads)
+    assert ExportOptions(target="onnx").intra_op_threads() == 0 == ExportOptions(device="cuda").intra_op_threads()
+    from aoti_deploy.errors import InputError
+
+    with pytest.raises(InputError, match="but this export's target is pt2 on cuda; leave threads out"):
+        ExportOptions(threads=2, device="cuda").validate(tmp_path / "x.pt2")
 
 
 def test_cache_key_changes_with_the_toolkits_own_sources(tmp_path, monkeypatch):

@@ -140,8 +140,9 @@ def test_tune_stops_at_its_budget(tmp_path, build) -> None:  # noqa: ANN001
     ({"optimize": "fast"}, "optimize must be True, False or 'tune'; got 'fast'"),
     ({"optimize": "tune", "target": "onnx"}, "tunes .pt2 packages for the CPU, but this export's target is onnx on cpu"),
     ({"optimize": "tune", "tune_budget": 0}, "tune_budget must be a positive number of seconds; got 0"),
-    ({"threads": 0}, "threads must be an intra-op thread count from 1 to 4096; got 0"),
-    ({"threads": True}, "threads must be an intra-op thread count from 1 to 4096; got True"),
+    ({"threads": 0}, "threads must be an intra-op thread count from 1 to 1024; got 0"),
+    ({"threads": True}, "threads must be an intra-op thread count from 1 to 1024; got True"),
+    ({"threads": 1025}, "threads must be an intra-op thread count from 1 to 1024; got 1025"),
     ({"threads": 2, "target": "onnx"}, "threads sets the intra-op thread count a CPU .pt2 package is compiled for, "
                                        "but this export's target is onnx on cpu; leave threads out"),
 ])

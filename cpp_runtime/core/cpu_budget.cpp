@@ -113,8 +113,8 @@ std::string thread_count_note(int64_t compiled, int running) {
   const auto n = std::to_string(compiled);
   const auto m = std::to_string(running);
   return "this package was compiled for " + n + " intra-op thread(s) and runs at " + m +
-         ": its convolution weights are laid out for " + n + ", and at another count oneDNN may lay some out "
-         "again on every call (a ResNet-50 ran 2.3x slower), and outputs differ in bits from runs at " + n +
+         ": oneDNN laid any convolution weights it holds out for " + n + ", and may lay some out again on every "
+         "call at another count (a ResNet-50 ran 2.3x slower); its outputs may differ in bits from runs at " + n +
          ". To run at " + m + ", export with --threads " + m + " (threads=" + m + ").";
 }
 

@@ -239,7 +239,7 @@ def export_compile(
         min=1, help="Seconds --tune may spend; a candidate not started by then is not tried.",
     )] = 600.0,
     threads: Annotated[Optional[int], typer.Option(
-        min=1, max=4096, show_default=False,
+        min=1, max=1024, show_default=False,
         help="The intra-op thread count the package will run at (CPU .pt2 packages): the compile, its checks and "
         "--tune's timings run at it, and the package records it. oneDNN lays convolution weights out for the "
         "compile's count and at another count may lay some out again on every call (a ResNet-50 ran 2.3x "

@@ -152,10 +152,7 @@ def cache_key(
             native the compile host's instruction-set flags (-march=native).
 
     Also counted: the torch version, the TORCHINDUCTOR_* and AOT_INDUCTOR_*
-    environment variables (but cache locations), the C++ compiler's version and the
-    intra-op thread count: with freezing, oneDNN lays a convolution's prepacked
-    weights out for the thread count of the compile, and a package run at another
-    count re-lays some of them out on every call (docs/performance-real-models.md).
+    environment variables (but cache locations) and the C++ compiler's version.
     """
     parts = {
         "format": 1,
@@ -169,7 +166,6 @@ def cache_key(
             k: v for k, v in os.environ.items() if k.startswith(("TORCHINDUCTOR_", "AOT_INDUCTOR_")) and "CACHE" not in k
         },
         "compiler": _compiler_identity(),
-        "intra_op_threads": torch.get_num_threads(),
         # Values too: the package is verified (and --save-reference written) on them.
         "inputs": [[list(x.shape), str(x.dtype), str(x.device), _values_digest(x)] for x in example_inputs],
         "traced": [list(x.shape) for x in traced_inputs],
@@ -196,6 +192,9 @@ def build_cache_key(
         "allow_python_ops": options.allow_python_ops,
         "fake_modules": list(options.fake_modules),
         "cpu_target": options.cpu_target,
+        # A CPU package's thread count (0 otherwise): with freezing, oneDNN lays its
+        # convolution weights out for it (docs/performance-real-models.md).
+        "intra_op_threads": options.intra_op_threads(),
         # The call's structure with its Python scalars (baked in), and the API's
         # dynamic shapes. Version 2 of the spec's contents records names.
         "call": repr(example.call.with_tensors([None] * len(inputs))),

@@ -79,9 +79,9 @@ def thread_count_note(compiled: int, running: int) -> str:
     if compiled <= 0 or running <= 0 or compiled == running:
         return ""
     n, m = compiled, running
-    return (f"this package was compiled for {n} intra-op thread(s) and runs at {m}: its convolution weights are "
-            f"laid out for {n}, and at another count oneDNN may lay some out again on every call (a ResNet-50 "
-            f"ran 2.3x slower), and outputs differ in bits from runs at {n}. To run at {m}, export with "
+    return (f"this package was compiled for {n} intra-op thread(s) and runs at {m}: oneDNN laid any convolution "
+            f"weights it holds out for {n}, and may lay some out again on every call at another count (a ResNet-50 "
+            f"ran 2.3x slower); its outputs may differ in bits from runs at {n}. To run at {m}, export with "
             f"--threads {m} (threads={m}).")
 
 
