@@ -153,6 +153,18 @@ def test_tune_options_are_checked(values: dict, expected: str, tmp_path) -> None
     assert not list(tmp_path.iterdir())
 
 
+def test_an_export_that_fails_at_another_thread_count_restores_this_processs(tmp_path) -> None:  # noqa: ANN001
+    class Broken(torch.nn.Module):
+        def forward(self, x):  # noqa: ANN001, ANN201
+            raise ValueError("broken on purpose")
+
+    threads = torch.get_num_threads()
+    other = 1 if threads > 1 else 2
+    with pytest.raises(ad.AotiDeployError, match="broken on purpose"):
+        ad.export(Broken(), (torch.ones(2),), package_path=tmp_path / "broken.pt2", threads=other)
+    assert torch.get_num_threads() == threads
+
+
 def test_freezing_really_prepacks(tmp_path) -> None:  # noqa: ANN001
     """Inductor applies freezing only to a compile without autograd, and says nothing
     otherwise: the default package's generated code calls oneDNN's convolution on
