@@ -170,7 +170,8 @@ def peak_memory_mb(*args: object) -> tuple[int, str, float]:
     from the kernel's accounting of that one child (wait4)."""
     process = subprocess.Popen([str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert process.stdout is not None
-    output = process.stdout.read()
+    with process.stdout:
+        output = process.stdout.read()
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
     return process.returncode, output, usage.ru_maxrss / 1024
