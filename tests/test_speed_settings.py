@@ -19,7 +19,9 @@ import torch
 import aoti_deploy as ad
 from aoti_deploy.compiler import speed
 from aoti_deploy.compiler.options import ExportOptions
-from aoti_deploy.compiler.speed import SpeedSetting, default_settings
+from aoti_deploy.compiler import pixel_convs
+from aoti_deploy.compiler.speed import SpeedSetting, applicable, default_settings, rewritten
+from aoti_deploy.package.spec import BITWISE, CLOSE, Tolerance
 from aoti_deploy.package.archive import read_package_spec
 from aoti_deploy.verify.bits import compare_bits
 from conftest import run_cli
@@ -35,17 +37,106 @@ def names(settings: list[SpeedSetting]) -> list[str]:
 
 
 def test_cpu_packages_start_with_the_defaults() -> None:
-    assert names(default_settings(ExportOptions())) == ["freezing"]
+    assert names(default_settings(ExportOptions())) == ["freezing", "one-pixel convs as sums"]
 
 
 @pytest.mark.parametrize("options", [
     ExportOptions(optimize=False),
     ExportOptions(device="cuda"),
     ExportOptions(target="onnx"),
-    ExportOptions(inductor_configs={"freezing": False}),
-], ids=["no-optimize", "cuda", "onnx", "user-said-no"])
-def test_no_defaults_where_they_do_not_apply_or_the_user_chose(options: ExportOptions) -> None:
+], ids=["no-optimize", "cuda", "onnx"])
+def test_no_defaults_where_they_do_not_apply(options: ExportOptions) -> None:
     assert default_settings(options) == []
+
+
+def test_a_setting_the_user_gave_is_theirs() -> None:
+    """Freezing off is the user's; the graph rewrite, which sets no Inductor config,
+    still applies (optimize=False turns it off)."""
+    assert names(default_settings(ExportOptions(inductor_configs={"freezing": False}))) == ["one-pixel convs as sums"]
+
+
+class SqueezeExcite(torch.nn.Module):
+    """A conv and a squeeze-and-excitation block as EfficientNet has it: global
+    pooling, then two 1x1 convs on the one pixel left (one with "same" padding, as
+    transformers writes it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 32, 3, padding=1)
+        self.reduce = torch.nn.Conv2d(32, 8, 1)
+        self.expand = torch.nn.Conv2d(8, 32, 1, padding="same")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.silu(self.conv(x))
+        scale = torch.sigmoid(self.expand(torch.nn.functional.silu(self.reduce(y.mean((2, 3), keepdim=True)))))
+        return y * scale
+
+
+def squeeze_excite(batch: int = 1) -> tuple[torch.nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    return SqueezeExcite().eval(), torch.randn(batch, 8, 12, 12, generator=torch.Generator().manual_seed(1))
+
+
+def decomposed(model: torch.nn.Module, x: torch.Tensor) -> torch.export.ExportedProgram:
+    """The program as the compile stage gets it (the export's decomposition)."""
+    with torch.no_grad():
+        return torch.export.export(model, (x,)).run_decompositions()
+
+
+def test_one_pixel_convs_are_found_and_rewritten_as_sums_on_a_copy() -> None:
+    model, x = squeeze_excite()
+    program = decomposed(model, x)
+    assert pixel_convs.count(program) == 2  # reduce and expand; not the 3x3 conv of the full map
+    rewrite = rewritten(default_settings(ExportOptions()), program)
+    assert rewrite is not program and pixel_convs.count(program) == 2  # the original is untouched
+    assert pixel_convs.count(rewrite) == 0
+    convs = [node for node in rewrite.graph.nodes if node.target is torch.ops.aten.convolution.default]
+    assert len(convs) == 1
+    with torch.no_grad():
+        torch.testing.assert_close(rewrite.module()(x), model(x))
+
+
+@pytest.mark.parametrize("case", ["batch 2", "float64", "two groups", "a 3x3 map"])
+def test_convs_the_rewrite_leaves_alone(case: str) -> None:
+    """Only a batch of one (measured faster; batch 8 was not), float32, one group and
+    a one-pixel input are rewritten."""
+    model, x = squeeze_excite(batch=2 if case == "batch 2" else 1)
+    if case == "float64":
+        model, x = model.double(), x.double()
+    if case == "two groups":
+        model.reduce = torch.nn.Conv2d(32, 8, 1, groups=2)
+        model.expand = torch.nn.Conv2d(8, 32, 1, groups=2)
+    if case == "a 3x3 map":
+        model.forward = lambda x: model.reduce(model.conv(x))  # 1x1 convs of a 12x12 map
+    assert pixel_convs.count(decomposed(model, x)) == 0
+
+
+def test_rewrites_that_change_bits_are_left_out_of_a_bitwise_export() -> None:
+    model, x = squeeze_excite()
+    program = decomposed(model, x)
+    settings = default_settings(ExportOptions())
+    assert names(applicable(settings, program, Tolerance(CLOSE))) == ["freezing", "one-pixel convs as sums"]
+    assert names(applicable(settings, program, Tolerance(BITWISE))) == ["freezing"]
+    # Nothing to rewrite: the setting is not listed as applied.
+    plain = torch.export.export(MulAdd(), (x, x)).run_decompositions()
+    assert names(applicable(settings, plain, Tolerance(CLOSE))) == ["freezing"]
+
+
+def test_a_squeeze_excite_package_sums_its_one_pixel_convs(tmp_path, build) -> None:  # noqa: ANN001
+    """The real export: the two one-pixel convs are compiled as Inductor loops (one
+    oneDNN convolution is left, the 3x3), the package passes its check against eager
+    at torch.testing's tolerance, records the setting, and the C++ runner gives the
+    Python runtime's bits. Exported again, the cached package says the same."""
+    model, x = squeeze_excite()
+    package = ad.export(model, (x,), package_path=tmp_path / "se.pt2")
+    assert package.result.passed and package.result.speed_settings == ["freezing", "one-pixel convs as sums"]
+    assert "speed settings: freezing, one-pixel convs as sums" in package.spec.optimizations
+    with zipfile.ZipFile(tmp_path / "se.pt2") as archive:
+        wrapper = next(archive.read(name).decode() for name in archive.namelist() if name.endswith("wrapper.cpp"))
+    assert wrapper.count("aoti_torch_cpu_mkldnn__convolution_pointwise(") == 1
+    assert package.verify((x,), against="cpp").passed
+    again = ad.export(model, (x,), package_path=tmp_path / "se.pt2")
+    assert again.result.cached and again.result.speed_settings == ["freezing", "one-pixel convs as sums"]
 
 
 def test_the_demo_package_records_freezing(compiled_package) -> None:  # noqa: ANN001

@@ -11,6 +11,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Union
 
@@ -33,7 +34,7 @@ from .options import TUNE, ExportOptions
 from .package_build import ExportedGraph, compile_staged, export_graph
 from .package_check import check_staged, put_in_place, save_staged_references
 from .result import BuildResult
-from .speed import compile_configs, default_settings, recorded_settings, settings_summary
+from .speed import applicable, compile_configs, default_settings, recorded_settings, rewritten, settings_summary
 from .stages import ExportRun
 from .tuner import tune
 from .staging import staging_path
@@ -172,13 +173,14 @@ def _compile_and_verify(run: ExportRun, exported: ExportedGraph, key: str, resul
     the package fails its check with settings applied, drop the last one and try
     again, so what is written is always verified. A failure with none applied is
     the model's own, raised or reported as ever."""
-    settings = default_settings(run.options)
+    settings = applicable(default_settings(run.options), exported.program, run.tolerance)
     while True:
         summary = settings_summary(settings, result.dropped_settings) if (settings or result.dropped_settings) else ""
         label = "compile" if not result.dropped_settings else (
             f"compile again without {result.dropped_settings[-1][0].name}")
+        staged = replace(exported, program=rewritten(settings, exported.program))
         try:
-            package_path = compile_staged(run, exported, compile_configs(settings, run.options), summary, label)
+            package_path = compile_staged(run, staged, compile_configs(settings, run.options), summary, label)
         except CompileError as error:
             if not settings or run.options.quantize:  # an int8 compile needs freezing
                 raise
@@ -237,7 +239,7 @@ def _reuse(cached: PackageSpec, run: ExportRun, result: BuildResult) -> BuildRes
     result.spec = cached
     result.calls = _recorded_calls(cached)
     result.checks = recorded_checks(cached, result.tolerance)
-    result.speed_settings = recorded_settings(cached.inductor_configs, run.options)
+    result.speed_settings = recorded_settings(cached, run.options)
     result.cached = True
     return result
 

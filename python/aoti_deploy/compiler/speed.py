@@ -6,20 +6,35 @@ compiled again without it. The export says what it dropped and why; no package s
 unverified.
 
 A setting the user gave, either way (``inductor_configs={"freezing": False}``), is
-theirs: the defaults never override it, and it is never dropped."""
+theirs: the defaults never override it, and it is never dropped.
+
+A setting may also rewrite the exported graph before the compile (``rewrite``). Such a
+rewrite changes bits against eager, so it applies only where it finds something to
+rewrite and the export's rule is a tolerance (CLOSE), not bits."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
+from ..package.spec import CLOSE, PackageSpec, Tolerance
+from . import pixel_convs
 from .options import ExportOptions
+
+Program = torch.export.ExportedProgram
 
 
 @dataclass(frozen=True)
 class SpeedSetting:
     name: str
     configs: dict[str, Any]
+    # A graph rewrite before the compile: how many places it finds in a program, and
+    # the program's rewritten copy.
+    finds: Callable[[Program], int] | None = None
+    rewrite: Callable[[Program], Program] | None = None
 
 
 # In order of importance: when one must go, the last one still applied goes first.
@@ -27,6 +42,8 @@ CPU_DEFAULTS: tuple[SpeedSetting, ...] = (
     # Weights become constants: oneDNN gets them prepacked in its own layout,
     # convolutions and linears fuse with their activations, constant subgraphs fold.
     SpeedSetting("freezing", {"freezing": True}),
+    # Squeeze-and-excitation's one-pixel convs as fused reductions, not oneDNN calls.
+    SpeedSetting("one-pixel convs as sums", {}, pixel_convs.count, pixel_convs.as_sums),
 )
 
 
@@ -39,11 +56,34 @@ def default_settings(options: ExportOptions) -> list[SpeedSetting]:
     return [setting for setting in CPU_DEFAULTS if not given & set(setting.configs)]
 
 
-def recorded_settings(recorded: dict[str, Any], options: ExportOptions) -> list[str]:
-    """The names of the defaults a package compiled with, from the Inductor settings it
-    records (a reused package's, whose compile is not repeated)."""
+def applicable(settings: list[SpeedSetting], program: Program, tolerance: Tolerance) -> list[SpeedSetting]:
+    """``settings`` less the rewrites that find nothing in ``program``, and all
+    rewrites when the package is held to its bits (they change them)."""
+    return [setting for setting in settings
+            if setting.rewrite is None or (tolerance.rule == CLOSE and setting.finds(program) > 0)]
+
+
+def rewritten(settings: list[SpeedSetting], program: Program) -> Program:
+    """``program`` as the settings' rewrites leave it (a copy if any applies)."""
+    for setting in settings:
+        if setting.rewrite is not None:
+            program = setting.rewrite(program)
+    return program
+
+
+_SUMMARY_HEAD = "speed settings: "
+
+
+def recorded_settings(spec: PackageSpec, options: ExportOptions) -> list[str]:
+    """The names of the defaults a package compiled with (a reused package's, whose
+    compile is not repeated): from the Inductor settings it records, and for a
+    rewrite, from its optimizations record (``settings_summary``'s line)."""
+    summary = next((part.removeprefix(_SUMMARY_HEAD) for part in spec.optimizations.split("; ")
+                    if part.startswith(_SUMMARY_HEAD)), "")
+    listed = summary.split(", ")
     return [setting.name for setting in default_settings(options)
-            if all(recorded.get(key) == value for key, value in setting.configs.items())]
+            if all(spec.inductor_configs.get(key) == value for key, value in setting.configs.items())
+            and (setting.rewrite is None or setting.name in listed)]
 
 
 def compile_configs(settings: list[SpeedSetting], options: ExportOptions) -> dict[str, Any]:
@@ -56,6 +96,6 @@ def compile_configs(settings: list[SpeedSetting], options: ExportOptions) -> dic
 
 def settings_summary(applied: list[SpeedSetting], dropped: list[tuple[SpeedSetting, str]]) -> str:
     """One line for the package's optimizations record and the export's summary."""
-    parts = [f"speed settings: {', '.join(s.name for s in applied) if applied else 'none'}"]
+    parts = [f"{_SUMMARY_HEAD}{', '.join(s.name for s in applied) if applied else 'none'}"]
     parts += [f"dropped {setting.name} ({reason})" for setting, reason in dropped]
     return "; ".join(parts)

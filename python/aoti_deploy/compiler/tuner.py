@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from ..errors import AotiDeployError, CompileError
 from ..runtime.aoti import load_package
@@ -20,7 +22,7 @@ from ..runtime.cpp_runner import CppRunner
 from .package_build import ExportedGraph, compile_staged
 from .package_check import StagedCheck, check_staged, put_in_place, save_staged_references
 from .result import BuildResult
-from .speed import compile_configs, default_settings
+from .speed import SpeedSetting, applicable, compile_configs, default_settings, rewritten
 from .stages import ExportRun
 
 # Seconds of timed runs per candidate, once its speed is known from a first few.
@@ -31,27 +33,31 @@ _TIMING_SECONDS = 2.0
 class Candidate:
     name: str
     configs: dict[str, Any]
+    # The speed settings whose graph rewrites this candidate compiles with.
+    settings: tuple[SpeedSetting, ...] = ()
 
 
-def candidates(run: ExportRun) -> list[Candidate]:
+def candidates(run: ExportRun, program: torch.export.ExportedProgram) -> list[Candidate]:
     """The toolkit's defaults first, then the settings that won on some model in the
     measurements (docs/performance.md): Inductor's own defaults, the C++ GEMM
     template of max-autotune, and the NCHW layout (no layout optimisation). The
     user's own settings apply over each; candidates that come out the same are
-    tried once."""
+    tried once. The defaults' graph rewrites apply to the candidates built on them."""
     options = run.options
-    freezing = compile_configs(default_settings(options), options)
+    defaults = applicable(default_settings(options), program, run.tolerance)
+    freezing, rewrites = compile_configs(defaults, options), tuple(s for s in defaults if s.rewrite is not None)
     listed = [
-        Candidate("toolkit defaults (freezing)", freezing),
+        Candidate(f"toolkit defaults ({', '.join(s.name for s in defaults)})", freezing, rewrites),
         Candidate("Inductor's defaults", {**options.inductor_configs}),
         Candidate("freezing + C++ GEMM template",
                   {**freezing, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
-                   **options.inductor_configs}),
-        Candidate("freezing, NCHW layout", {**freezing, "layout_optimization": False, **options.inductor_configs}),
+                   **options.inductor_configs}, rewrites),
+        Candidate("freezing, NCHW layout", {**freezing, "layout_optimization": False, **options.inductor_configs},
+                  rewrites),
     ]
     unique: dict[str, Candidate] = {}
     for candidate in listed:
-        unique.setdefault(repr(sorted(candidate.configs.items())), candidate)
+        unique.setdefault(repr((sorted(candidate.configs.items()), [s.name for s in candidate.settings])), candidate)
     return list(unique.values())
 
 
@@ -59,7 +65,7 @@ def tune(run: ExportRun, exported: ExportedGraph, key: str, result: BuildResult)
     """Try every candidate within the budget; put the fastest verified package in
     place. When none passes, ``result.written`` is False, as for any export whose
     check failed (the last failure's checks are in ``result``)."""
-    tried = candidates(run)
+    tried = candidates(run, exported.program)
     deadline = time.monotonic() + run.options.tune_budget
     rows: list[dict[str, Any]] = []
     best: tuple[float, Path, Candidate, StagedCheck] | None = None
@@ -73,7 +79,8 @@ def tune(run: ExportRun, exported: ExportedGraph, key: str, result: BuildResult)
                 continue
             prefix = f"tune {i}/{len(tried)}: {candidate.name}"
             try:
-                path = compile_staged(run, exported, candidate.configs, "", f"{prefix}: compile")
+                staged = replace(exported, program=rewritten(list(candidate.settings), exported.program))
+                path = compile_staged(run, staged, candidate.configs, "", f"{prefix}: compile")
             except CompileError as error:
                 row["result"] = f"the compile failed: {str(error).strip().splitlines()[0][:300]}"
                 continue
