@@ -53,8 +53,8 @@ class ExportOptions:
         inductor_configs: Inductor settings to compile with (e.g. {"freezing":
             True}); .pt2 only, recorded and verified like everything else.
         optimize: True: export-time graph rewrites that keep eager's bits, and on the
-            CPU the speed settings that measured fastest (compiler/speed.py), each
-            dropped for a model it breaks; "tune": the same rewrites, then compile
+            CPU the speed settings that measured fastest (compiler/speed.py: freezing,
+            one-pixel convs as sums), each dropped for a model it breaks; "tune": the same rewrites, then compile
             the candidate settings (compiler/tuner.py), verify each, time each in the
             C++ runner and keep the fastest verified package; False: the graph as
             exported, with Inductor's own defaults.
