@@ -49,6 +49,10 @@ def test_no_defaults_where_they_do_not_apply(options: ExportOptions) -> None:
     assert default_settings(options) == []
 
 
+def test_an_int8_export_gets_no_graph_rewrite() -> None:
+    assert names(default_settings(ExportOptions(quantize="int8"))) == ["freezing"]
+
+
 def test_a_setting_the_user_gave_is_theirs() -> None:
     """Freezing off is the user's; the graph rewrite, which sets no Inductor config,
     still applies (optimize=False turns it off)."""

@@ -49,11 +49,14 @@ CPU_DEFAULTS: tuple[SpeedSetting, ...] = (
 
 def default_settings(options: ExportOptions) -> list[SpeedSetting]:
     """The speed settings this export starts with: the CPU defaults for a .pt2 package
-    with ``optimize`` on, less any whose configs the user set."""
+    with ``optimize`` on, less any whose configs the user set. An int8 export gets no
+    graph rewrite: its convs are quantized by Inductor's patterns, which a rewritten
+    conv would no longer match."""
     if options.target != "pt2" or options.device != "cpu" or not options.optimize:
         return []
     given = set(options.inductor_configs)
-    return [setting for setting in CPU_DEFAULTS if not given & set(setting.configs)]
+    return [setting for setting in CPU_DEFAULTS
+            if not given & set(setting.configs) and not (options.quantize and setting.rewrite is not None)]
 
 
 def applicable(settings: list[SpeedSetting], program: Program, tolerance: Tolerance) -> list[SpeedSetting]:
