@@ -207,8 +207,9 @@ def export(
     if not result.written:
         error = VerificationError(
             f"the package differs from eager beyond the tolerance ({result.tolerance.describe()}), so it was not "
-            f"written:\n{report}\nRaise the tolerance if this is expected (tolerance={{'rtol': R, 'atol': A}}), or "
-            "find the op that differs"
+            f"written:\n{report}\n"
+            + (f"Likely cause: {result.failure_hint}\n" if result.failure_hint else "")
+            + "Raise the tolerance if this is expected (tolerance={'rtol': R, 'atol': A}), or find the op that differs"
         )
         error.report = report  # type: ignore[attr-defined]
         error.result = result  # type: ignore[attr-defined]

@@ -444,6 +444,8 @@ def export_compile(
     passed = list_verdict(comparisons) != FAILED
     console.print(Text(f"verify eager vs {against}: ").append(verdict_line(comparisons), style="bold green" if passed else "bold red"))
     if not passed:
+        if result.failure_hint:
+            console.print(Text(f"likely cause: {result.failure_hint}", style="red"))
         raise typer.Exit(EXIT_MISMATCH)
 
 

@@ -157,6 +157,17 @@ def drift_rule(moved: float) -> Tolerance:
     return Tolerance(CLOSE, rtol=0.0, atol=2 * moved)
 
 
+def int8_host_hint(options: ExportOptions, host_flags: set[str] | None = None) -> str:
+    """Why an int8 package may fail its check on this host, and what to do; "" on a
+    host with VNNI or for an export that is not int8."""
+    flags = host_cpu_flags() if host_flags is None else host_flags
+    if not options.quantize or flags & set(VNNI_FLAGS):
+        return ""
+    return ("this host has no VNNI (neither avx512_vnni nor avx_vnni): oneDNN's int8 kernels then add u8*s8 "
+            "products in 16 bits, which saturate, so an int8 package can differ from its model beyond the rule. "
+            "Export int8 packages on a host with VNNI (they need it to run as verified), or export in fp32")
+
+
 def _cpu_flags(options: ExportOptions) -> list[str]:
     """The flags a host needs: the target's; for a bf16 package the flag that makes
     bfloat16 native, and for an int8 one this host's VNNI."""

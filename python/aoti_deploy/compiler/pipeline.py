@@ -31,7 +31,7 @@ from .eager_check import recorded_checks
 from .export import GraphCalls
 from .onnx_target import export_onnx_file
 from .options import TUNE, ExportOptions
-from .package_build import ExportedGraph, compile_staged, export_graph
+from .package_build import ExportedGraph, compile_staged, export_graph, int8_host_hint
 from .package_check import check_staged, put_in_place, save_staged_references
 from .result import BuildResult
 from .speed import applicable, compile_configs, default_settings, recorded_settings, rewritten, settings_summary
@@ -83,7 +83,10 @@ def export_and_compile(
     if threads:
         torch.set_num_threads(threads)
     try:
-        return _export_and_compile(source, options, output, on_stage, dynamic_shapes, program)
+        result = _export_and_compile(source, options, output, on_stage, dynamic_shapes, program)
+        if not result.written:
+            result.failure_hint = int8_host_hint(options)
+        return result
     finally:
         if threads:
             torch.set_num_threads(previous)

@@ -55,6 +55,8 @@ class BuildResult:
     # checked against (not the fp32 model the caller gave).
     reference_model: Any = None
     dropped_settings: list[tuple["SpeedSetting", str]] = field(default_factory=list)
+    # When the checks failed: a cause this host is known for, and what to do ("" if none).
+    failure_hint: str = ""
 
     @property
     def example_input(self) -> torch.Tensor:
