@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import zipfile
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -19,7 +20,7 @@ import torch
 import aoti_deploy as ad
 from aoti_deploy.compiler import speed
 from aoti_deploy.compiler.options import ExportOptions
-from aoti_deploy.compiler import pixel_convs
+from aoti_deploy.compiler import pixel_convs, tuner
 from aoti_deploy.compiler.speed import SpeedSetting, applicable, default_settings, rewritten
 from aoti_deploy.package.spec import BITWISE, CLOSE, Tolerance
 from aoti_deploy.package.archive import read_package_spec
@@ -141,6 +142,32 @@ def test_a_squeeze_excite_package_sums_its_one_pixel_convs(tmp_path, build) -> N
     assert package.verify((x,), against="cpp").passed
     again = ad.export(model, (x,), package_path=tmp_path / "se.pt2")
     assert again.result.cached and again.result.speed_settings == ["freezing", "one-pixel convs as sums"]
+    # Under bits, the rewrite does not apply: the package is compiled again without
+    # it (and then without freezing: no conv here is eager's bits), not reverified as
+    # it was, with no way back.
+    stages: list[str] = []
+    with pytest.raises(ad.VerificationError, match=r"tolerance \(bitwise\)"):
+        ad.export(model, (x,), package_path=tmp_path / "se.pt2", tolerance="bitwise", on_stage=stages.append)
+    assert "compile again without freezing" in stages
+
+
+def tune_names(model: torch.nn.Module, x: torch.Tensor, **options: object) -> list[str]:
+    run = SimpleNamespace(options=ExportOptions(optimize="tune", **options), tolerance=Tolerance(CLOSE))
+    return [candidate.name for candidate in tuner.candidates(run, decomposed(model, x))]
+
+
+def test_tune_candidates_name_and_record_the_rewrite() -> None:
+    """The candidates built on the defaults say they sum one-pixel convs, and record
+    it as the defaults do (so a reused tuned package reports it)."""
+    model, x = squeeze_excite()
+    assert tune_names(model, x) == [
+        "toolkit defaults (freezing, one-pixel convs as sums)", "Inductor's defaults",
+        "freezing + C++ GEMM template, one-pixel convs as sums", "freezing, NCHW layout, one-pixel convs as sums"]
+    run = SimpleNamespace(options=ExportOptions(optimize="tune"), tolerance=Tolerance(CLOSE))
+    notes = [candidate.note for candidate in tuner.candidates(run, decomposed(model, x))]
+    assert notes[1] == "" and set(notes[::2] + notes[3:]) == {"speed settings: freezing, one-pixel convs as sums"}
+    model, x = squeeze_excite(batch=2)  # nothing to rewrite, and the user said no to freezing
+    assert tune_names(model, x, inductor_configs={"freezing": False})[0] == "toolkit defaults (none apply)"
 
 
 def test_the_demo_package_records_freezing(compiled_package) -> None:  # noqa: ANN001

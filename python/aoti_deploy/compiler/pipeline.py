@@ -34,7 +34,9 @@ from .options import TUNE, ExportOptions
 from .package_build import ExportedGraph, compile_staged, export_graph, int8_host_hint
 from .package_check import check_staged, put_in_place, save_staged_references
 from .result import BuildResult
-from .speed import applicable, compile_configs, default_settings, recorded_settings, rewritten, settings_summary
+from .speed import (
+    applicable, compile_configs, default_settings, recorded_settings, records_rewrite, rewritten, settings_summary,
+)
 from .stages import ExportRun
 from .tuner import tune
 from .staging import staging_path
@@ -135,6 +137,10 @@ def _export_and_compile(
     if cached is not None and (options.quantize or options.precision != "fp32"):
         # An int8 or bf16 package is checked against its low-precision model, which only
         # the export makes, under a rule from its drift: export and compile again.
+        cached = None
+    if cached is not None and cached.eager_check != tolerance and records_rewrite(cached, options):
+        # Its graph rewrite was applied under the old rule; whether it applies, and the
+        # fallback without it, belong to the compile: export and compile again.
         cached = None
     if cached is not None and cached.eager_check == tolerance:
         return _reuse(cached, run, result)

@@ -89,6 +89,14 @@ def recorded_settings(spec: PackageSpec, options: ExportOptions) -> list[str]:
             and (setting.rewrite is None or setting.name in listed)]
 
 
+def records_rewrite(spec: PackageSpec, options: ExportOptions) -> bool:
+    """Whether a package was compiled with a graph rewrite. Whether one applies
+    depends on the export's rule, so such a package is compiled again, not
+    reverified, when re-exported under another rule."""
+    rewrites = {setting.name for setting in CPU_DEFAULTS if setting.rewrite is not None}
+    return bool(rewrites & set(recorded_settings(spec, options)))
+
+
 def compile_configs(settings: list[SpeedSetting], options: ExportOptions) -> dict[str, Any]:
     """The Inductor configs of one compile: the settings applied, under the user's."""
     configs: dict[str, Any] = {}

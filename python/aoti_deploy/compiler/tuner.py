@@ -22,7 +22,7 @@ from ..runtime.cpp_runner import CppRunner
 from .package_build import ExportedGraph, compile_staged
 from .package_check import StagedCheck, check_staged, put_in_place, save_staged_references
 from .result import BuildResult
-from .speed import SpeedSetting, applicable, compile_configs, default_settings, rewritten
+from .speed import SpeedSetting, applicable, compile_configs, default_settings, rewritten, settings_summary
 from .stages import ExportRun
 
 # Seconds of timed runs per candidate, once its speed is known from a first few.
@@ -33,8 +33,14 @@ _TIMING_SECONDS = 2.0
 class Candidate:
     name: str
     configs: dict[str, Any]
-    # The speed settings whose graph rewrites this candidate compiles with.
+    # The default speed settings this candidate builds on (their graph rewrites apply).
     settings: tuple[SpeedSetting, ...] = ()
+
+    @property
+    def note(self) -> str:
+        """Its settings for the package's optimizations record, as an export with the
+        defaults records them (so a reused package reports them)."""
+        return settings_summary(list(self.settings), []) if self.settings else ""
 
 
 def candidates(run: ExportRun, program: torch.export.ExportedProgram) -> list[Candidate]:
@@ -45,15 +51,17 @@ def candidates(run: ExportRun, program: torch.export.ExportedProgram) -> list[Ca
     tried once. The defaults' graph rewrites apply to the candidates built on them."""
     options = run.options
     defaults = applicable(default_settings(options), program, run.tolerance)
-    freezing, rewrites = compile_configs(defaults, options), tuple(s for s in defaults if s.rewrite is not None)
+    freezing, base = compile_configs(defaults, options), tuple(defaults)
+    # The candidates built on the defaults name their graph rewrites too.
+    also = "".join(f", {s.name}" for s in defaults if s.rewrite is not None)
     listed = [
-        Candidate(f"toolkit defaults ({', '.join(s.name for s in defaults)})", freezing, rewrites),
+        Candidate(f"toolkit defaults ({', '.join(s.name for s in defaults) or 'none apply'})", freezing, base),
         Candidate("Inductor's defaults", {**options.inductor_configs}),
-        Candidate("freezing + C++ GEMM template",
+        Candidate(f"freezing + C++ GEMM template{also}",
                   {**freezing, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
-                   **options.inductor_configs}, rewrites),
-        Candidate("freezing, NCHW layout", {**freezing, "layout_optimization": False, **options.inductor_configs},
-                  rewrites),
+                   **options.inductor_configs}, base),
+        Candidate(f"freezing, NCHW layout{also}", {**freezing, "layout_optimization": False, **options.inductor_configs},
+                  base),
     ]
     unique: dict[str, Candidate] = {}
     for candidate in listed:
@@ -80,7 +88,7 @@ def tune(run: ExportRun, exported: ExportedGraph, key: str, result: BuildResult)
             prefix = f"tune {i}/{len(tried)}: {candidate.name}"
             try:
                 staged = replace(exported, program=rewritten(list(candidate.settings), exported.program))
-                path = compile_staged(run, staged, candidate.configs, "", f"{prefix}: compile")
+                path = compile_staged(run, staged, candidate.configs, candidate.note, f"{prefix}: compile")
             except CompileError as error:
                 row["result"] = f"the compile failed: {str(error).strip().splitlines()[0][:300]}"
                 continue
