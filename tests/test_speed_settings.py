@@ -170,6 +170,26 @@ def test_tune_candidates_name_and_record_the_rewrite() -> None:
     assert tune_names(model, x, inductor_configs={"freezing": False})[0] == "toolkit defaults (none apply)"
 
 
+def test_a_dynamic_shape_is_said_to_cost_a_frozen_package_its_packed_convolutions() -> None:
+    """Freezing packs convolution weights for one shape; dynamic in batch, oneDNN
+    reorders them on every call (ResNet-50 1.22x slower at batch 1, measured in
+    docs/performance-real-models.md), and the export says so. Not for a static shape,
+    a model without convolutions, or a compile without freezing."""
+    model, x = squeeze_excite(batch=2)
+    with torch.no_grad():
+        dynamic = torch.export.export(model, (x,), dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=8)},))
+        dynamic = dynamic.run_decompositions()
+    cost = speed.dynamic_shape_cost(dynamic, {"freezing": True})
+    assert cost.startswith("this package is dynamic in shape, so oneDNN cannot keep the weights of its 3 convolutions "
+                           "packed and reorders them on every call"), cost
+    assert "export one static package per batch you serve" in cost
+    assert speed.dynamic_shape_cost(dynamic, {"freezing": False}) == speed.dynamic_shape_cost(dynamic, {}) == ""
+    assert speed.dynamic_shape_cost(decomposed(model, x), {"freezing": True}) == ""
+    with torch.no_grad():
+        no_convs = torch.export.export(MulAdd(), (x, x), dynamic_shapes=({0: torch.export.Dim("batch", max=8)},) * 2)
+    assert speed.dynamic_shape_cost(no_convs.run_decompositions(), {"freezing": True}) == ""
+
+
 def test_the_demo_package_records_freezing(compiled_package) -> None:  # noqa: ANN001
     spec = read_package_spec(compiled_package.path)
     assert spec.inductor_configs == {"freezing": True}

@@ -203,6 +203,8 @@ def export(
                                 dynamic_shapes=dynamic_shapes, program=program)
     for setting, reason in result.dropped_settings:
         _log.warning("export: compiled without %s for this model, because with it %s", setting.name, reason)
+    if result.speed_cost:
+        _log.warning("export: %s", result.speed_cost)
     report = _build_report(result) if chosen.check else None
     if not result.written:
         error = VerificationError(

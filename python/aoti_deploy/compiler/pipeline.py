@@ -35,7 +35,8 @@ from .package_build import ExportedGraph, compile_staged, export_graph, int8_hos
 from .package_check import check_staged, put_in_place, save_staged_references
 from .result import BuildResult
 from .speed import (
-    applicable, compile_configs, default_settings, recorded_settings, records_rewrite, rewritten, settings_summary,
+    applicable, compile_configs, default_settings, dynamic_shape_cost, recorded_settings, records_rewrite, rewritten,
+    settings_summary,
 )
 from .stages import ExportRun
 from .tuner import tune
@@ -167,6 +168,8 @@ def _export_and_compile(
             tune(run, exported, key, result)
         else:
             _compile_and_verify(run, exported, key, result)
+        if result.written and result.spec is not None:
+            result.speed_cost = dynamic_shape_cost(exported.program, result.spec.inductor_configs)
         return result
 
     with stage("verify"):

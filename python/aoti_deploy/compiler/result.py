@@ -55,6 +55,8 @@ class BuildResult:
     # checked against (not the fp32 model the caller gave).
     reference_model: Any = None
     dropped_settings: list[tuple["SpeedSetting", str]] = field(default_factory=list)
+    # What this package's settings cost it here, and the way around ("" if nothing).
+    speed_cost: str = ""
     # When the checks failed: a cause this host is known for, and what to do ("" if none).
     failure_hint: str = ""
 

@@ -97,6 +97,27 @@ def records_rewrite(spec: PackageSpec, options: ExportOptions) -> bool:
     return bool(rewrites & set(recorded_settings(spec, options)))
 
 
+_CONVOLUTIONS = {torch.ops.aten.convolution, torch.ops.aten.conv1d, torch.ops.aten.conv2d, torch.ops.aten.conv3d}
+
+
+def dynamic_shape_cost(program: Program, inductor_configs: dict[str, Any]) -> str:
+    """What a dynamic shape costs a frozen CPU package with convolutions, or "": freezing
+    packs convolution weights for one shape, and with a dynamic one oneDNN reorders them
+    on every call (docs/performance-real-models.md, "A dynamic batch")."""
+    if not inductor_configs.get("freezing"):
+        return ""
+    convolutions = sum(1 for node in program.graph.nodes
+                       if node.op == "call_function" and getattr(node.target, "overloadpacket", None) in _CONVOLUTIONS)
+    dynamic = any(isinstance(size, torch.SymInt) for node in program.graph.nodes if node.op == "placeholder"
+                  for size in getattr(node.meta.get("val"), "shape", ()))
+    if not convolutions or not dynamic:
+        return ""
+    return (f"this package is dynamic in shape, so oneDNN cannot keep the weights of its {convolutions} "
+            f"convolution{'s' if convolutions > 1 else ''} packed and reorders them on every call (a ResNet-50 "
+            "measured 1.22x slower at batch 1, 1.01x at batch 8); for speed at small batches, export one static "
+            "package per batch you serve")
+
+
 def compile_configs(settings: list[SpeedSetting], options: ExportOptions) -> dict[str, Any]:
     """The Inductor configs of one compile: the settings applied, under the user's."""
     configs: dict[str, Any] = {}
