@@ -50,7 +50,9 @@ def reorders_per_run(package: ad.Package, inputs: Path, threads: int) -> float:
     result = subprocess.run(command, capture_output=True, text=True, check=True,
                             env={**os.environ, "ONEDNN_VERBOSE": "1"})
     lines = result.stdout.splitlines() + result.stderr.splitlines()
-    return sum(1 for line in lines if line.startswith("onednn_verbose") and ",exec," in line and ",reorder," in line) / 3
+    reorders = [line for line in lines
+                if line.startswith("onednn_verbose") and ",exec," in line and ",reorder," in line]
+    return len(reorders) / 3
 
 
 def ort_p50(session: onnxruntime.InferenceSession, feed: dict, iterations: int) -> float:
@@ -92,7 +94,8 @@ def main() -> int:
             package = ad.export(model, (), kwargs, package_path=folder / f"static{batch}.pt2", threads=options.threads,
                                 tolerance=TOLERANCE, force=True)
             packages[f"static, batch {batch}"] = (package, (batch,))
-        print(f"==> export: dynamic, batch 1 to {options.max_batch} (example batch {options.example_batch})", flush=True)
+        print(f"==> export: dynamic, batch 1 to {options.max_batch} (example batch {options.example_batch})",
+              flush=True)
         model, kwargs = factory(batch=options.example_batch)
         name = next(iter(kwargs))
         batch_dim = ad.Dim("batch", min=1, max=options.max_batch)
