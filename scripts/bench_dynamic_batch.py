@@ -35,6 +35,7 @@ import aoti_deploy as ad  # noqa: E402
 from aoti_deploy.bench.results import machine_facts  # noqa: E402
 from aoti_deploy.package.host import host_cpu_flags  # noqa: E402
 from aoti_deploy.runtime.tensor_files import save_tensors  # noqa: E402
+from bench_one_pixel_convs import ort_p50  # noqa: E402  (scripts/, the same timing)
 from examples import bench_models  # noqa: E402
 
 FEATURES = ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16"]
@@ -53,19 +54,6 @@ def reorders_per_run(package: ad.Package, inputs: Path, threads: int) -> float:
     reorders = [line for line in lines
                 if line.startswith("onednn_verbose") and ",exec," in line and ",reorder," in line]
     return len(reorders) / 3
-
-
-def ort_p50(session: onnxruntime.InferenceSession, feed: dict, iterations: int) -> float:
-    import time
-
-    for _ in range(max(3, iterations // 10)):
-        session.run(None, feed)
-    times = []
-    for _ in range(iterations):
-        started = time.perf_counter()
-        session.run(None, feed)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times) * 1e6
 
 
 def main() -> int:
