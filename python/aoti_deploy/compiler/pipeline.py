@@ -168,7 +168,8 @@ def _export_and_compile(
             tune(run, exported, key, result)
         else:
             _compile_and_verify(run, exported, key, result)
-        if result.written and result.spec is not None:
+        if result.written and result.spec is not None and options.device == "cpu" and not options.quantize \
+                and options.precision == "fp32":  # measured on fp32 CPU packages only
             result.speed_cost = dynamic_shape_cost(exported.program, result.spec.inductor_configs)
         return result
 
