@@ -180,7 +180,8 @@ def test_a_dynamic_shape_is_said_to_cost_a_frozen_package_its_packed_convolution
         dynamic = torch.export.export(model, (x,), dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=8)},))
         dynamic = dynamic.run_decompositions()
     cost = speed.dynamic_shape_cost(dynamic, {"freezing": True})
-    assert cost.startswith("this package is dynamic in shape, so oneDNN cannot keep the weights of its 3 convolutions "
+    # The 3x3 conv and the two of the pooled map, whose batch is dynamic too.
+    assert cost.startswith("this package is dynamic in shape, so oneDNN cannot keep the weights of 3 convolutions "
                            "packed and reorders them on every call"), cost
     assert "export one static package per batch you serve" in cost
     assert speed.dynamic_shape_cost(dynamic, {"freezing": False}) == speed.dynamic_shape_cost(dynamic, {}) == ""
@@ -188,6 +189,25 @@ def test_a_dynamic_shape_is_said_to_cost_a_frozen_package_its_packed_convolution
     with torch.no_grad():
         no_convs = torch.export.export(MulAdd(), (x, x), dynamic_shapes=({0: torch.export.Dim("batch", max=8)},) * 2)
     assert speed.dynamic_shape_cost(no_convs.run_decompositions(), {"freezing": True}) == ""
+    # Inductor never packs a 1-d conv's weights, and packs a conv of a static input once.
+    conv1d = torch.nn.Conv1d(4, 4, 3).eval()
+    with torch.no_grad():
+        program = torch.export.export(conv1d, (torch.randn(2, 4, 16),),
+                                      dynamic_shapes=({0: torch.export.Dim("batch", max=8)},))
+    assert speed.dynamic_shape_cost(program.run_decompositions(), {"freezing": True}) == ""
+
+    class StaticImage(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 4, 3)
+
+        def forward(self, image: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+            return self.conv(image).sum() + tokens.sum()
+
+    with torch.no_grad():
+        program = torch.export.export(StaticImage().eval(), (torch.randn(1, 3, 8, 8), torch.randn(2, 5)),
+                                      dynamic_shapes=(None, {0: torch.export.Dim("rows", max=8)}))
+    assert speed.dynamic_shape_cost(program.run_decompositions(), {"freezing": True}) == ""
 
 
 def test_the_demo_package_records_freezing(compiled_package) -> None:  # noqa: ANN001

@@ -97,22 +97,28 @@ def records_rewrite(spec: PackageSpec, options: ExportOptions) -> bool:
     return bool(rewrites & set(recorded_settings(spec, options)))
 
 
-_CONVOLUTIONS = {torch.ops.aten.convolution, torch.ops.aten.conv1d, torch.ops.aten.conv2d, torch.ops.aten.conv3d}
+def _packed_per_call(node: torch.fx.Node) -> bool:
+    """Whether Inductor packs this convolution's weights on every call: a 2-d or 3-d
+    convolution (4-d or 5-d weights; others are never packed) whose own input has a
+    dynamic size (mkldnn_fusion's packable-convolution rule)."""
+    if node.op != "call_function" or node.target is not torch.ops.aten.convolution.default:
+        return False
+    data, weight = (getattr(arg, "meta", {}).get("val") for arg in node.args[:2])
+    return (getattr(weight, "ndim", 0) in (4, 5)
+            and any(isinstance(size, torch.SymInt) for size in getattr(data, "shape", ())))
 
 
 def dynamic_shape_cost(program: Program, inductor_configs: dict[str, Any]) -> str:
-    """What a dynamic shape costs a frozen CPU package with convolutions, or "": freezing
-    packs convolution weights for one shape, and with a dynamic one oneDNN reorders them
-    on every call (docs/performance-real-models.md, "A dynamic batch")."""
+    """What a dynamic shape costs a frozen CPU package, or "": freezing packs
+    convolution weights for one shape, and a convolution whose input is dynamic in size
+    gets them reordered by oneDNN on every call (docs/performance-real-models.md, "A
+    dynamic batch"). ``program`` is decomposed, as the compile gets it."""
     if not inductor_configs.get("freezing"):
         return ""
-    convolutions = sum(1 for node in program.graph.nodes
-                       if node.op == "call_function" and getattr(node.target, "overloadpacket", None) in _CONVOLUTIONS)
-    dynamic = any(isinstance(size, torch.SymInt) for node in program.graph.nodes if node.op == "placeholder"
-                  for size in getattr(node.meta.get("val"), "shape", ()))
-    if not convolutions or not dynamic:
+    convolutions = sum(1 for node in program.graph.nodes if _packed_per_call(node))
+    if not convolutions:
         return ""
-    return (f"this package is dynamic in shape, so oneDNN cannot keep the weights of its {convolutions} "
+    return (f"this package is dynamic in shape, so oneDNN cannot keep the weights of {convolutions} "
             f"convolution{'s' if convolutions > 1 else ''} packed and reorders them on every call (a ResNet-50 "
             "measured 1.22x slower at batch 1, 1.01x at batch 8); for speed at small batches, export one static "
             "package per batch you serve")
