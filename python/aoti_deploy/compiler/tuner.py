@@ -52,16 +52,18 @@ def candidates(run: ExportRun, program: torch.export.ExportedProgram) -> list[Ca
     options = run.options
     defaults = applicable(default_settings(options), program, run.tolerance)
     freezing, base = compile_configs(defaults, options), tuple(defaults)
-    # The candidates built on the defaults name their graph rewrites too.
+    # The candidates built on the defaults name their graph rewrites too, and freezing
+    # only where it is on (the user may have turned it off).
     also = "".join(f", {s.name}" for s in defaults if s.rewrite is not None)
+    frozen = bool(freezing.get("freezing"))
     listed = [
         Candidate(f"toolkit defaults ({', '.join(s.name for s in defaults) or 'none apply'})", freezing, base),
         Candidate("Inductor's defaults", {**options.inductor_configs}),
-        Candidate(f"freezing + C++ GEMM template{also}",
+        Candidate(f"{'freezing + ' if frozen else ''}C++ GEMM template{also}",
                   {**freezing, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
                    **options.inductor_configs}, base),
-        Candidate(f"freezing, NCHW layout{also}", {**freezing, "layout_optimization": False, **options.inductor_configs},
-                  base),
+        Candidate(f"{'freezing, ' if frozen else ''}NCHW layout{also}",
+                  {**freezing, "layout_optimization": False, **options.inductor_configs}, base),
     ]
     unique: dict[str, Candidate] = {}
     for candidate in listed:
