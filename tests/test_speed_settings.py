@@ -11,6 +11,7 @@ check against eager."""
 from __future__ import annotations
 
 import logging
+import re
 import zipfile
 from types import SimpleNamespace
 
@@ -20,7 +21,7 @@ import torch
 import aoti_deploy as ad
 from aoti_deploy.compiler import speed
 from aoti_deploy.compiler.options import ExportOptions
-from aoti_deploy.compiler import pixel_convs, tuner
+from aoti_deploy.compiler import conv_padding, pixel_convs, tuner
 from aoti_deploy.compiler.speed import SpeedSetting, applicable, default_settings, rewritten
 from aoti_deploy.package.spec import BITWISE, CLOSE, Tolerance
 from aoti_deploy.package.archive import read_package_spec
@@ -38,7 +39,8 @@ def names(settings: list[SpeedSetting]) -> list[str]:
 
 
 def test_cpu_packages_start_with_the_defaults() -> None:
-    assert names(default_settings(ExportOptions())) == ["freezing", "one-pixel convs as sums"]
+    assert names(default_settings(ExportOptions())) == [
+        "freezing", "one-pixel convs as sums", "zero pads folded into convs"]
 
 
 @pytest.mark.parametrize("options", [
@@ -57,7 +59,8 @@ def test_an_int8_export_gets_no_graph_rewrite() -> None:
 def test_a_setting_the_user_gave_is_theirs() -> None:
     """Freezing off is the user's; the graph rewrite, which sets no Inductor config,
     still applies (optimize=False turns it off)."""
-    assert names(default_settings(ExportOptions(inductor_configs={"freezing": False}))) == ["one-pixel convs as sums"]
+    assert names(default_settings(ExportOptions(inductor_configs={"freezing": False}))) == [
+        "one-pixel convs as sums", "zero pads folded into convs"]
 
 
 class SqueezeExcite(torch.nn.Module):
@@ -154,6 +157,86 @@ def test_a_squeeze_excite_package_sums_its_one_pixel_convs(tmp_path, build) -> N
 def tune_names(model: torch.nn.Module, x: torch.Tensor, **options: object) -> list[str]:
     run = SimpleNamespace(options=ExportOptions(optimize="tune", **options), tolerance=Tolerance(CLOSE))
     return [candidate.name for candidate in tuner.candidates(run, decomposed(model, x))]
+
+
+class SamePadded(torch.nn.Module):
+    """Convolutions padded by hand, as transformers' MobileNetV2 does with its
+    default ``tf_padding``: a 3x3 conv after a pad of 1 on every side, a 1x1 conv
+    after a pad of 0, and a stride-2 3x3 conv after a pad on the bottom and right
+    only (TensorFlow's "SAME" for an even input), which no conv padding equals."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depthwise = torch.nn.Conv2d(8, 8, 3, groups=8)
+        self.pointwise = torch.nn.Conv2d(8, 16, 1)
+        self.down = torch.nn.Conv2d(16, 16, 3, stride=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pad = torch.nn.functional.pad
+        y = torch.nn.functional.relu6(self.depthwise(pad(x, (1, 1, 1, 1), "constant", 0.0)))
+        y = self.pointwise(pad(y, (0, 0, 0, 0), "constant", 0.0))
+        return self.down(pad(y, (0, 1, 0, 1), "constant", 0.0))
+
+
+def same_padded() -> tuple[torch.nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    return SamePadded().eval(), torch.randn(1, 8, 12, 12, generator=torch.Generator().manual_seed(1))
+
+
+def pads_and_paddings(program: torch.export.ExportedProgram) -> tuple[list[list[int]], list[list[int]]]:
+    nodes = list(program.graph.nodes)
+    pads = [list(node.args[1]) for node in nodes if node.target is torch.ops.aten.constant_pad_nd.default]
+    paddings = [list(node.args[4]) for node in nodes if node.target is torch.ops.aten.convolution.default]
+    return pads, paddings
+
+
+def test_symmetric_zero_pads_fold_into_their_convs_on_a_copy() -> None:
+    model, x = same_padded()
+    program = decomposed(model, x)
+    assert conv_padding.count(program) == 2
+    rewrite = conv_padding.into_convs(program)
+    assert pads_and_paddings(program) == ([[1, 1, 1, 1], [0, 0, 0, 0], [0, 1, 0, 1]], [[0, 0], [0, 0], [0, 0]])
+    # The one-sided pad stays; the others became the convs' own padding.
+    assert pads_and_paddings(rewrite) == ([[0, 1, 0, 1]], [[1, 1], [0, 0], [0, 0]])
+    with torch.no_grad():
+        torch.testing.assert_close(rewrite.module()(x), model(x))
+
+
+class PadUsedTwice(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        padded = torch.nn.functional.pad(x, (1, 1, 1, 1))
+        return self.conv(padded), padded.sum()
+
+
+@pytest.mark.parametrize("case", ["pad value 1", "the pad read by another op", "a transposed conv"])
+def test_pads_the_rewrite_leaves_alone(case: str) -> None:
+    """Only zeros, and only where every reader of the pad is a conv that pads as it."""
+    x = torch.randn(1, 4, 6, 6)
+    if case == "pad value 1":
+        model = torch.nn.Sequential(torch.nn.ConstantPad2d(1, 1.0), torch.nn.Conv2d(4, 4, 3))
+    elif case == "the pad read by another op":
+        model = PadUsedTwice()
+    else:
+        model = torch.nn.Sequential(torch.nn.ZeroPad2d(1), torch.nn.ConvTranspose2d(4, 4, 3))
+    assert conv_padding.count(decomposed(model.eval(), x)) == 0
+
+
+def test_a_same_padded_package_folds_its_pads(tmp_path, build) -> None:  # noqa: ANN001
+    """The real export: the package records the setting, compiles one pad loop (the
+    one-sided pad's; the folded ones are gone), passes its check against eager at
+    torch.testing's tolerance, and the C++ runner gives the Python runtime's bits."""
+    model, x = same_padded()
+    package = ad.export(model, (x,), package_path=tmp_path / "same.pt2")
+    assert package.result.passed and "zero pads folded into convs" in package.result.speed_settings
+    assert "zero pads folded into convs" in package.spec.optimizations
+    with zipfile.ZipFile(tmp_path / "same.pt2") as archive:
+        kernels = "".join(archive.read(name).decode() for name in archive.namelist() if name.endswith(".cpp"))
+    assert len(set(re.findall(r"cpp_fused_\w*constant_pad_nd\w*", kernels))) == 1
+    assert package.verify((x,), against="cpp").passed
 
 
 def test_tune_candidates_name_and_record_the_rewrite() -> None:

@@ -225,9 +225,9 @@ def export_compile(
             help="Export-time graph optimizations that keep eager's bits: pointwise (1x1 depthwise, "
             "no bias, unstrided, unpadded) convs become one fused multiply, each after a bit-exactness "
             "probe with special values. On the CPU also the speed settings that measured fastest "
-            "(freezing; squeeze-and-excitation's one-pixel convs as fused sums), each dropped for a "
-            "model whose compile or check it breaks. --no-optimize compiles the graph as exported, "
-            "with Inductor's own defaults.",
+            "(freezing; squeeze-and-excitation's one-pixel convs as fused sums; symmetric zero pads as "
+            "the convs' own padding), each dropped for a model whose compile or check it breaks. "
+            "--no-optimize compiles the graph as exported, with Inductor's own defaults.",
         ),
     ] = True,
     tune: Annotated[bool, typer.Option(

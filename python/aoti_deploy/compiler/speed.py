@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ..package.spec import CLOSE, PackageSpec, Tolerance
-from . import pixel_convs
+from . import conv_padding, pixel_convs
 from .options import ExportOptions
 
 Program = torch.export.ExportedProgram
@@ -44,6 +44,9 @@ CPU_DEFAULTS: tuple[SpeedSetting, ...] = (
     SpeedSetting("freezing", {"freezing": True}),
     # Squeeze-and-excitation's one-pixel convs as fused reductions, not oneDNN calls.
     SpeedSetting("one-pixel convs as sums", {}, pixel_convs.count, pixel_convs.as_sums),
+    # Zero pads before convolutions (TensorFlow's "SAME" by hand) as the convs' own
+    # padding, not a copy of each activation.
+    SpeedSetting("zero pads folded into convs", {}, conv_padding.count, conv_padding.into_convs),
 )
 
 
