@@ -16,7 +16,13 @@ Prints and writes, under --output-dir:
 
     .venv/bin/python scripts/bench_real_models.py [--models bert_base4,resnet18,causal_lm]
         [--threads 2] [--iterations 100] [--batches 1,8] [--no-max-autotune]
+        [--baseline] [--tune [--tune-budget 600]] [--summary-only]
         [--output-dir artifacts/bench-real]
+
+--baseline also times each model compiled with Inductor's own defaults (freezing
+off); --tune also exports it with optimize="tune" and times the tuned package; both
+in the C++ runner, in the same run. summary.md names the host's CPU and its vector
+features, on which every ratio depends.
 
 Cold means a fresh Inductor cache (a new TORCHINDUCTOR_CACHE_DIR for this run), so
 every kernel is compiled; warm is the same export again, a cache hit on the package.
@@ -41,6 +47,8 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="induct
 import torch  # noqa: E402
 
 import aoti_deploy as ad  # noqa: E402
+from aoti_deploy.bench.results import machine_facts  # noqa: E402
+from aoti_deploy.package.host import host_cpu_flags  # noqa: E402
 from aoti_deploy.bench.package_bench import (  # noqa: E402
     COMPILE, COMPILE_MAX, EAGER, ONNX, PYTHON, at_batch, cpp_row, write_outputs)
 from aoti_deploy.models.call import CallInputs  # noqa: E402
@@ -115,6 +123,22 @@ def run_one(name: str, folder_name: str, export_batch: int, bench_batches: list[
             p50s[str(batch)] = float(timing["p50_us"])
         export.update(inductor_defaults_cpp_p50_us=p50s, inductor_defaults_cold_export_s=round(cold_before, 1))
         before.close()
+    if options.tune:
+        # The same model tuned (optimize="tune"): the fastest verified candidate, timed
+        # in the C++ runner at each batch the package is benchmarked at.
+        print(f"==> {folder_name}: the package tuned (optimize='tune', budget {options.tune_budget:g} s)", flush=True)
+        tuned, cold_tuned, _ = export_timed(model, kwargs, folder / f"{name}-tuned.pt2", shapes, name,
+                                            optimize="tune", tune_budget=options.tune_budget)
+        chosen = next((row["name"] for row in tuned.spec.tuning if "chosen" in row["result"]), "-")
+        p50s = {}
+        for batch in bench_batches:
+            sized = at_batch(CallInputs.of((), kwargs), batch)
+            timing = tuned._bench_cpp(tuned.flat_inputs(sized.args, sized.kwargs), options.iterations,
+                                      max(5, options.iterations // 10), intra_op_threads=options.threads)
+            p50s[str(batch)] = float(timing["p50_us"])
+        export.update(tuned_cpp_p50_us=p50s, tuned_choice=chosen, tuned_export_s=round(cold_tuned, 1),
+                      tuning=[{k: row[k] for k in ("name", "p50_us", "result")} for row in tuned.spec.tuning])
+        tuned.close()
     print(f"==> {folder_name}: benchmark at batch {', '.join(map(str, bench_batches))}, {options.threads} threads",
           flush=True)
     bench = package.benchmark((), kwargs, model=model, batches=tuple(bench_batches), threads=options.threads,
@@ -154,10 +178,12 @@ def summary_rows(output_dir: Path, threads: int) -> list[dict[str, object]]:
     return rows
 
 
-def baseline_p50(row: dict[str, object]) -> float | None:
-    """The Inductor-defaults package's p50 at the row's batch (one number: a package
-    static in shape, timed at its only batch)."""
-    value = row.get("inductor_defaults_cpp_p50_us")
+def p50_at_batch(row: dict[str, object], key: str) -> float | None:
+    """The row's p50 under ``key`` at the row's batch: the C++ runner's
+    (``cpp_p50_us``), or that of the package compiled with Inductor's defaults
+    (``inductor_defaults_cpp_p50_us``) or tuned (``tuned_cpp_p50_us``), recorded per
+    batch or, for a package static in shape, as one number."""
+    value = row.get(key)
     if isinstance(value, dict):
         return value.get(str(row["batch"]))
     return value if isinstance(value, (int, float)) else None
@@ -170,8 +196,8 @@ def markdown(rows: list[dict[str, object]], threads: int) -> str:
     lines = [
         f"| model | batch | C++ runner p50 (µs, {threads} threads) | Python runtime | ONNX Runtime | eager | "
         "torch.compile | C++ / ORT | C++ / eager | C++ / torch.compile | C++ / ORT, Inductor's defaults | "
-        "cold export (s) | warm export (s) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "C++ / ORT, tuned | cold export (s) | warm export (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         cpp = row["cpp_p50_us"]
@@ -179,23 +205,36 @@ def markdown(rows: list[dict[str, object]], threads: int) -> str:
             f"| {row['model']} | {row['batch']} | {us(cpp)} | {us(row['python_p50_us'])} | {us(row['onnx_p50_us'])} | "
             f"{us(row['eager_p50_us'])} | {us(row['compile_p50_us'])} | {ratio(cpp, row['onnx_p50_us'])} | "
             f"{ratio(cpp, row['eager_p50_us'])} | {ratio(cpp, row['compile_p50_us'])} | "
-            f"{ratio(baseline_p50(row), row['onnx_p50_us'])} | "
+            f"{ratio(p50_at_batch(row, 'inductor_defaults_cpp_p50_us'), row['onnx_p50_us'])} | "
+            f"{ratio(p50_at_batch(row, 'tuned_cpp_p50_us'), row['onnx_p50_us'])} | "
             f"{row['cold_export_s']} | {row['warm_export_s']} |"
         )
     # The issue's measure: the geometric mean of C++ / ORT at batch 1 over the vision
     # models it names, and the worst one.
     gate = [row for row in rows if row["batch"] == 1 and row["model"] in GATED and row["cpp_p50_us"]
             and row["onnx_p50_us"]]
-    if gate:
-        ratios = [float(row["cpp_p50_us"]) / float(row["onnx_p50_us"]) for row in gate]  # type: ignore[arg-type]
-        mean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-        worst = max(zip(ratios, (row["model"] for row in gate)))
-        lines.append("")
-        lines.append(f"Batch 1, C++ / ORT over {', '.join(str(row['model']) for row in gate)}: geometric mean "
-                     f"{mean:.2f}x, highest {worst[0]:.2f}x ({worst[1]}).")
+    for label, key in (("", "cpp_p50_us"), (", tuned", "tuned_cpp_p50_us")):
+        p50s = [p50_at_batch(row, key) for row in gate]
+        if gate and all(p50s):
+            ratios = [float(p50) / float(row["onnx_p50_us"]) for p50, row in zip(p50s, gate)]  # type: ignore[arg-type]
+            mean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+            worst = max(zip(ratios, (row["model"] for row in gate)))
+            lines.append("")
+            lines.append(f"Batch 1, C++ / ORT{label} over {', '.join(str(row['model']) for row in gate)}: geometric "
+                         f"mean {mean:.2f}x, highest {worst[0]:.2f}x ({worst[1]}).")
     return "\n".join(lines) + "\n"
 
 
+def host_line() -> str:
+    """The host's CPU and the vector features the numbers depend on."""
+    flags = host_cpu_flags()
+    return (f"Host: {machine_facts()['cpu']}, {os.cpu_count()} CPUs; "
+            + ", ".join(f"{flag} {'yes' if flag in flags else 'no'}" for flag in FEATURES)
+            + f"; torch {torch.__version__}.")
+
+
+# The vector features named beside a table (scripts/bench_one_pixel_convs.py's).
+FEATURES = ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16"]
 # The vision models whose batch-1 geometric mean the issue sets a goal for.
 GATED = ("resnet50", "efficientnet_b0", "convnext_tiny", "vit_tiny")
 
@@ -211,6 +250,11 @@ def main() -> int:
     parser.add_argument("--baseline", action="store_true",
                         help="also time, in the C++ runner, each package compiled with Inductor's defaults "
                              "(freezing off), as the toolkit compiled before")
+    parser.add_argument("--tune", action="store_true",
+                        help="also export each model with optimize='tune' and time the tuned package in the C++ runner")
+    parser.add_argument("--tune-budget", type=float, default=600.0, help="seconds the tuner may spend per model")
+    parser.add_argument("--summary-only", action="store_true",
+                        help="run nothing: rebuild summary.md and summary.json from the folders in --output-dir")
     parser.add_argument("--compile-timeout", type=float, default=900.0, help="seconds a torch.compile may take")
     parser.add_argument("--output-dir", type=Path, default=ROOT / "artifacts" / "bench-real")
     options = parser.parse_args()
@@ -221,11 +265,11 @@ def main() -> int:
     batches = sorted({int(b) for b in options.batches.split(",") if b.strip()})
     torch.set_num_threads(options.threads)
     options.output_dir.mkdir(parents=True, exist_ok=True)
-    for name in names:
+    for name in names if not options.summary_only else []:
         for folder_name, export_batch, bench_batches in builds(name, batches):
             run_one(name, folder_name, export_batch, bench_batches, options)
     rows = summary_rows(options.output_dir, options.threads)
-    table = markdown(rows, options.threads)
+    table = host_line() + "\n\n" + markdown(rows, options.threads)
     (options.output_dir / "summary.md").write_text(table)
     (options.output_dir / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
     print("\n==> summary (ratios measured in this run; below 1.00x the C++ runner is faster)\n" + table)
