@@ -104,6 +104,22 @@ def test_one_pixel_convs_are_found_and_rewritten_as_sums_on_a_copy() -> None:
         torch.testing.assert_close(rewrite.module()(x), model(x))
 
 
+def test_the_rewrites_take_a_sequential_whose_input_is_named_input() -> None:
+    """nn.Sequential's argument is ``input``, a builtin's name, which a graph's copy
+    renames: each rewrite's program still passes torch.export's check, and computes as
+    the model."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 8, 6, 6)
+    for model, rewrite in [
+        (torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Conv2d(8, 4, 1)), pixel_convs.as_sums),
+        (torch.nn.Sequential(torch.nn.ZeroPad2d(1), torch.nn.Conv2d(8, 4, 3)), conv_padding.into_convs),
+    ]:
+        program = decomposed(model.eval(), x)
+        assert [node.name for node in program.graph.nodes if node.op == "placeholder"][-1] == "input"
+        with torch.no_grad():
+            torch.testing.assert_close(rewrite(program).module()(x), model(x))
+
+
 @pytest.mark.parametrize("case", ["batch 2", "float64", "two groups", "a 3x3 map"])
 def test_convs_the_rewrite_leaves_alone(case: str) -> None:
     """Only a batch of one (measured faster; batch 8 was not), float32, one group and
@@ -202,6 +218,29 @@ def test_symmetric_zero_pads_fold_into_their_convs_on_a_copy() -> None:
         torch.testing.assert_close(rewrite.module()(x), model(x))
 
 
+def test_a_pad_adds_to_the_convs_own_padding_height_first() -> None:
+    """A pad of 2 left and right and 1 top and bottom, before a conv padded by 1: the
+    conv's padding becomes [1 + 1, 1 + 2] (height, width), and it computes as before."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(4, 6, 3, padding=1, dilation=(1, 2))
+    model = torch.nn.Sequential(torch.nn.ZeroPad2d((2, 2, 1, 1)), conv).eval()
+    x = torch.randn(1, 4, 7, 9)
+    rewrite = conv_padding.into_convs(decomposed(model, x))
+    assert pads_and_paddings(rewrite) == ([], [[2, 3]])
+    with torch.no_grad():
+        torch.testing.assert_close(rewrite.module()(x), model(x))
+
+
+class PadIsAnOutput(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(4, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        padded = torch.nn.functional.pad(x, (1, 1, 1, 1))
+        return self.conv(padded), padded
+
+
 class PadUsedTwice(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -212,16 +251,27 @@ class PadUsedTwice(torch.nn.Module):
         return self.conv(padded), padded.sum()
 
 
-@pytest.mark.parametrize("case", ["pad value 1", "the pad read by another op", "a transposed conv"])
+@pytest.mark.parametrize("case", [
+    "pad value 1", "the pad read by another op", "the pad an output", "a transposed conv", "a crop (negative pad)",
+    "channels padded too", "a 1-d conv"])
 def test_pads_the_rewrite_leaves_alone(case: str) -> None:
-    """Only zeros, and only where every reader of the pad is a conv that pads as it."""
+    """Only zeros added to height and width of a 4-d float tensor, and only where every
+    reader of the pad is a 2-d conv that pads as it."""
     x = torch.randn(1, 4, 6, 6)
-    if case == "pad value 1":
-        model = torch.nn.Sequential(torch.nn.ConstantPad2d(1, 1.0), torch.nn.Conv2d(4, 4, 3))
+    zero_pad_conv = {
+        "pad value 1": (torch.nn.ConstantPad2d(1, 1.0), torch.nn.Conv2d(4, 4, 3)),
+        "a transposed conv": (torch.nn.ZeroPad2d(1), torch.nn.ConvTranspose2d(4, 4, 3)),
+        "a crop (negative pad)": (torch.nn.ZeroPad2d(-1), torch.nn.Conv2d(4, 4, 3, padding=2)),
+        "channels padded too": (torch.nn.ConstantPad3d((1, 1, 1, 1, 1, 1), 0.0), torch.nn.Conv2d(6, 4, 3)),
+    }
+    if case in zero_pad_conv:
+        model = torch.nn.Sequential(*zero_pad_conv[case])
     elif case == "the pad read by another op":
         model = PadUsedTwice()
+    elif case == "the pad an output":
+        model = PadIsAnOutput()
     else:
-        model = torch.nn.Sequential(torch.nn.ZeroPad2d(1), torch.nn.ConvTranspose2d(4, 4, 3))
+        model, x = torch.nn.Sequential(torch.nn.ConstantPad1d(1, 0.0), torch.nn.Conv1d(4, 4, 3)), torch.randn(1, 4, 6)
     assert conv_padding.count(decomposed(model.eval(), x)) == 0
 
 

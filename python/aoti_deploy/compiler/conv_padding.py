@@ -20,9 +20,9 @@ kept.
 
 from __future__ import annotations
 
-import copy
-
 import torch
+
+from .graph_copy import editable_copy
 
 _aten = torch.ops.aten
 # convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
@@ -77,8 +77,7 @@ def into_convs(program: torch.export.ExportedProgram) -> torch.export.ExportedPr
     """A copy of ``program`` with each symmetric zero pad folded into the
     convolutions that read it; ``program`` is left as it was (the copy shares its
     weights)."""
-    module = copy.deepcopy(program.graph_module)
-    signature = copy.deepcopy(program.graph_signature)
+    module, signature = editable_copy(program)
     graph = module.graph
     for node in list(graph.nodes):
         matched = _matches(node)

@@ -18,9 +18,9 @@ checked bitwise, or one whose check fails with the rewrite, is compiled without 
 
 from __future__ import annotations
 
-import copy
-
 import torch
+
+from .graph_copy import editable_copy
 
 _aten = torch.ops.aten
 # conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1); the
@@ -82,8 +82,7 @@ def count(program: torch.export.ExportedProgram) -> int:
 def as_sums(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
     """A copy of ``program`` with each one-pixel conv written as a sum; ``program`` is
     left as it was (the copy shares its weights)."""
-    module = copy.deepcopy(program.graph_module)
-    signature = copy.deepcopy(program.graph_signature)
+    module, signature = editable_copy(program)
     graph = module.graph
     for node in list(graph.nodes):
         matched = _matches(node)
