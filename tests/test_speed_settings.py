@@ -389,6 +389,23 @@ def test_a_setting_that_breaks_a_model_is_dropped_and_said(monkeypatch: pytest.M
     assert again.result.cached and again.result.speed_settings == ["freezing"]
 
 
+def test_a_graph_rewrite_that_raises_is_dropped_not_the_export(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path) -> None:  # noqa: ANN001
+    """A rewrite that finds something but cannot take the graph is dropped and said,
+    like a setting whose compile fails; the package is compiled without it."""
+    def broken(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+        raise ValueError("no such node")
+
+    monkeypatch.setattr(speed, "CPU_DEFAULTS", (
+        speed.CPU_DEFAULTS[0], SpeedSetting("broken rewrite", {}, lambda program: 1, broken)))
+    x = torch.randn(4, 8)
+    package = ad.export(MulAdd(), (x, x), package_path=tmp_path / "muladd.pt2")
+    assert package.result.passed and package.result.speed_settings == ["freezing"]
+    dropped = {setting.name: reason for setting, reason in package.result.dropped_settings}
+    assert dropped == {"broken rewrite": "the graph rewrite failed: ValueError: no such node"}
+    assert "dropped broken rewrite (the graph rewrite failed" in package.spec.optimizations
+
+
 def test_tune_keeps_the_fastest_verified_candidate(tmp_path, build) -> None:  # noqa: ANN001
     """Every candidate compiled, verified and timed in the C++ runner; the package is
     the fastest one's, records every row, and inspect shows them. Tuned for 1 intra-op

@@ -35,8 +35,8 @@ from .package_build import ExportedGraph, compile_staged, export_graph, int8_hos
 from .package_check import check_staged, put_in_place, save_staged_references
 from .result import BuildResult
 from .speed import (
-    applicable, compile_configs, default_settings, dynamic_shape_cost, recorded_settings, records_rewrite, rewritten,
-    settings_summary,
+    RewriteFailed, applicable, compile_configs, default_settings, dynamic_shape_cost, recorded_settings,
+    records_rewrite, rewritten, settings_summary,
 )
 from .stages import ExportRun
 from .tuner import tune
@@ -191,7 +191,12 @@ def _compile_and_verify(run: ExportRun, exported: ExportedGraph, key: str, resul
         summary = settings_summary(settings, result.dropped_settings) if (settings or result.dropped_settings) else ""
         label = "compile" if not result.dropped_settings else (
             f"compile again without {result.dropped_settings[-1][0].name}")
-        staged = replace(exported, program=rewritten(settings, exported.program))
+        try:
+            staged = replace(exported, program=rewritten(settings, exported.program))
+        except RewriteFailed as failed:
+            settings.remove(failed.setting)
+            result.dropped_settings.append((failed.setting, str(failed)))
+            continue
         try:
             package_path = compile_staged(run, staged, compile_configs(settings, run.options), summary, label)
         except CompileError as error:

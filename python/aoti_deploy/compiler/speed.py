@@ -69,11 +69,25 @@ def applicable(settings: list[SpeedSetting], program: Program, tolerance: Tolera
             if setting.rewrite is None or (tolerance.rule == CLOSE and setting.finds(program) > 0)]
 
 
+class RewriteFailed(Exception):
+    """A setting's graph rewrite raised on this program: the setting is dropped, like
+    one whose compile fails, rather than failing the export."""
+
+    def __init__(self, setting: SpeedSetting, error: Exception) -> None:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+        super().__init__(f"the graph rewrite failed: {type(error).__name__}: {first}")
+        self.setting = setting
+
+
 def rewritten(settings: list[SpeedSetting], program: Program) -> Program:
-    """``program`` as the settings' rewrites leave it (a copy if any applies)."""
+    """``program`` as the settings' rewrites leave it (a copy if any applies); raises
+    RewriteFailed naming the setting whose rewrite failed."""
     for setting in settings:
         if setting.rewrite is not None:
-            program = setting.rewrite(program)
+            try:
+                program = setting.rewrite(program)
+            except Exception as error:  # noqa: BLE001  (any failure of our rewrite drops it)
+                raise RewriteFailed(setting, error) from error
     return program
 
 

@@ -22,7 +22,9 @@ from ..runtime.cpp_runner import CppRunner
 from .package_build import ExportedGraph, compile_staged
 from .package_check import StagedCheck, check_staged, put_in_place, save_staged_references
 from .result import BuildResult
-from .speed import SpeedSetting, applicable, compile_configs, default_settings, rewritten, settings_summary
+from .speed import (
+    RewriteFailed, SpeedSetting, applicable, compile_configs, default_settings, rewritten, settings_summary,
+)
 from .stages import ExportRun
 
 # Seconds of timed runs per candidate, once its speed is known from a first few.
@@ -93,6 +95,9 @@ def tune(run: ExportRun, exported: ExportedGraph, key: str, result: BuildResult)
                 path = compile_staged(run, staged, candidate.configs, candidate.note, f"{prefix}: compile")
             except CompileError as error:
                 row["result"] = f"the compile failed: {str(error).strip().splitlines()[0][:300]}"
+                continue
+            except RewriteFailed as failed:
+                row["result"] = f"{failed.setting.name}: {failed}"
                 continue
             keep = False
             try:
