@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from .graph_copy import editable_copy
+from .graph_copy import editable_copy, rewritten_program
 
 _aten = torch.ops.aten
 # convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
@@ -90,8 +90,4 @@ def into_convs(program: torch.export.ExportedProgram) -> torch.export.ExportedPr
             args[_PADDING] = [args[_PADDING][0] + top, args[_PADDING][1] + left]
             conv.args = tuple(args)
         graph.erase_node(node)
-    graph.lint()
-    module.recompile()
-    rewritten = program._update(module, signature)
-    rewritten.validate()
-    return rewritten
+    return rewritten_program(program, module, signature)

@@ -1,4 +1,5 @@
-"""An exported program's graph, copied for a rewrite (pixel_convs.py, conv_padding.py).
+"""An exported program's graph, copied for a rewrite (pixel_convs.py, conv_padding.py),
+and the rewritten program made from the copy.
 
 Copying a graph renames a node whose name shadows a Python builtin (``input``, the
 argument name of ``nn.Sequential.forward``, becomes ``input_1``), while the copied
@@ -22,3 +23,14 @@ def editable_copy(program: torch.export.ExportedProgram) -> tuple[torch.fx.Graph
         if name in renamed:
             spec.arg = type(spec.arg)(name=renamed[name])
     return module, signature
+
+
+def rewritten_program(program: torch.export.ExportedProgram, module: torch.fx.GraphModule,
+                      signature: object) -> torch.export.ExportedProgram:
+    """``program`` with the rewritten copy's graph (from ``editable_copy``), checked
+    by torch.export."""
+    module.graph.lint()
+    module.recompile()
+    rewritten = program._update(module, signature)
+    rewritten.validate()
+    return rewritten

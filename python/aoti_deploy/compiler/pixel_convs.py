@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from .graph_copy import editable_copy
+from .graph_copy import editable_copy, rewritten_program
 
 _aten = torch.ops.aten
 # conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1); the
@@ -118,8 +118,4 @@ def as_sums(program: torch.export.ExportedProgram) -> torch.export.ExportedProgr
         for spec in signature.output_specs:
             if getattr(spec.arg, "name", None) == name:
                 spec.arg = type(spec.arg)(name=result.name)
-    graph.lint()
-    module.recompile()
-    rewritten = program._update(module, signature)
-    rewritten.validate()
-    return rewritten
+    return rewritten_program(program, module, signature)
