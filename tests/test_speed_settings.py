@@ -21,7 +21,8 @@ import torch
 import aoti_deploy as ad
 from aoti_deploy.compiler import speed
 from aoti_deploy.compiler.options import ExportOptions
-from aoti_deploy.compiler import conv_padding, pixel_convs, tuner
+from aoti_deploy.compiler import conv_padding, conv_silu, pixel_convs, tuner
+from aoti_deploy.compiler.index_guards import guard_indices
 from aoti_deploy.compiler.speed import SpeedSetting, applicable, default_settings, rewritten
 from aoti_deploy.package.spec import BITWISE, CLOSE, Tolerance
 from aoti_deploy.package.archive import read_package_spec
@@ -40,7 +41,7 @@ def names(settings: list[SpeedSetting]) -> list[str]:
 
 def test_cpu_packages_start_with_the_defaults() -> None:
     assert names(default_settings(ExportOptions())) == [
-        "freezing", "one-pixel convs as sums", "zero pads folded into convs"]
+        "freezing", "one-pixel convs as sums", "zero pads folded into convs", "conv SiLU in Inductor's loops"]
 
 
 @pytest.mark.parametrize("options", [
@@ -57,10 +58,13 @@ def test_an_int8_export_gets_no_graph_rewrite() -> None:
 
 
 def test_a_setting_the_user_gave_is_theirs() -> None:
-    """Freezing off is the user's; the graph rewrite, which sets no Inductor config,
-    still applies (optimize=False turns it off)."""
+    """Freezing off is the user's; the graph rewrites, which set no Inductor config,
+    still apply (optimize=False turns them off), but for the one that only undoes a
+    fusion of freezing's. Freezing on by the user's word keeps that one."""
     assert names(default_settings(ExportOptions(inductor_configs={"freezing": False}))) == [
         "one-pixel convs as sums", "zero pads folded into convs"]
+    assert names(default_settings(ExportOptions(inductor_configs={"freezing": True}))) == [
+        "one-pixel convs as sums", "zero pads folded into convs", "conv SiLU in Inductor's loops"]
 
 
 class SqueezeExcite(torch.nn.Module):
@@ -86,9 +90,10 @@ def squeeze_excite(batch: int = 1) -> tuple[torch.nn.Module, torch.Tensor]:
 
 
 def decomposed(model: torch.nn.Module, x: torch.Tensor) -> torch.export.ExportedProgram:
-    """The program as the compile stage gets it (the export's decomposition)."""
+    """The program as the compile stage gets it: exported, then decomposed by the
+    index guards' stage with Inductor's table (SiLU is ``x / (1 + exp(-x))`` there)."""
     with torch.no_grad():
-        return torch.export.export(model, (x,)).run_decompositions()
+        return guard_indices(torch.export.export(model, (x,)))[0]
 
 
 def test_one_pixel_convs_are_found_and_rewritten_as_sums_on_a_copy() -> None:
@@ -135,11 +140,62 @@ def test_convs_the_rewrite_leaves_alone(case: str) -> None:
     assert pixel_convs.count(decomposed(model, x)) == 0
 
 
+class ConvSilus(torch.nn.Module):
+    """SiLU after a conv with batch norm, after a conv with bias alone (the graph's
+    output), and after things that are not a conv's output: a linear, a transposed
+    conv, and a conv plus the input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.norm = torch.nn.Conv2d(4, 4, 3, padding=1, bias=False), torch.nn.BatchNorm2d(4)
+        self.biased = torch.nn.Conv2d(4, 4, 1)
+        self.linear = torch.nn.Linear(6, 6)
+        self.transposed = torch.nn.ConvTranspose2d(4, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        silu = torch.nn.functional.silu
+        y = silu(self.norm(self.conv(x)))
+        others = silu(self.linear(y)) + silu(self.transposed(y)) + silu(self.biased(y) + x)
+        return silu(self.biased(y)), others, silu(x)
+
+
+def conv_silus() -> tuple[torch.nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    model = ConvSilus().eval()
+    model.norm.running_mean.uniform_(-1, 1)
+    model.norm.running_var.uniform_(0.5, 2)
+    return model, torch.randn(1, 4, 6, 6, generator=torch.Generator().manual_seed(1))
+
+
+def neg_inputs(program: torch.export.ExportedProgram) -> list[str]:
+    """What each ``neg`` of the program negates, by the op that made it."""
+    return sorted(str(node.args[0].target) if node.args[0].op == "call_function" else node.args[0].op
+                  for node in program.graph.nodes if node.target is torch.ops.aten.neg.default)
+
+
+def test_conv_silus_are_found_and_kept_from_onednn_on_a_copy() -> None:
+    """Of six SiLUs, the two of a conv's output (through its batch norm, or its bias
+    alone) are rewritten: negated as ``x * -1``, which oneDNN's fusion pattern does
+    not match. The copy computes eager's SiLU to the bit, as the original does."""
+    model, x = conv_silus()
+    program = decomposed(model, x)
+    assert conv_silu.count(program) == 2
+    rewrite = conv_silu.unfused(program)
+    assert conv_silu.count(program) == 2 and conv_silu.count(rewrite) == 0  # the original is untouched
+    assert len(neg_inputs(program)) == 6
+    # Left: the linear's (a view of its addmm), the transposed conv's, the sum's, the input's.
+    assert neg_inputs(rewrite) == ["aten.add.Tensor", "aten.convolution.default", "aten.view.default", "placeholder"]
+    with torch.no_grad():
+        for rewritten_out, out in zip(rewrite.module()(x), program.module()(x)):
+            assert compare_bits(rewritten_out, out).identical
+
+
 def test_rewrites_that_change_bits_are_left_out_of_a_bitwise_export() -> None:
     model, x = squeeze_excite()
     program = decomposed(model, x)
     settings = default_settings(ExportOptions())
-    assert names(applicable(settings, program, Tolerance(CLOSE))) == ["freezing", "one-pixel convs as sums"]
+    assert names(applicable(settings, program, Tolerance(CLOSE))) == [
+        "freezing", "one-pixel convs as sums", "conv SiLU in Inductor's loops"]
     assert names(applicable(settings, program, Tolerance(BITWISE))) == ["freezing"]
     # Nothing to rewrite: the setting is not listed as applied.
     plain = torch.export.export(MulAdd(), (x, x)).run_decompositions()
@@ -148,19 +204,22 @@ def test_rewrites_that_change_bits_are_left_out_of_a_bitwise_export() -> None:
 
 def test_a_squeeze_excite_package_sums_its_one_pixel_convs(tmp_path, build) -> None:  # noqa: ANN001
     """The real export: the two one-pixel convs are compiled as Inductor loops (one
-    oneDNN convolution is left, the 3x3), the package passes its check against eager
-    at torch.testing's tolerance, records the setting, and the C++ runner gives the
-    Python runtime's bits. Exported again, the cached package says the same."""
+    oneDNN convolution is left, the 3x3, and its SiLU is Inductor's, not oneDNN's
+    swish), the package passes its check against eager at torch.testing's tolerance,
+    records the settings, and the C++ runner gives the Python runtime's bits.
+    Exported again, the cached package says the same."""
     model, x = squeeze_excite()
+    applied = ["freezing", "one-pixel convs as sums", "conv SiLU in Inductor's loops"]
     package = ad.export(model, (x,), package_path=tmp_path / "se.pt2")
-    assert package.result.passed and package.result.speed_settings == ["freezing", "one-pixel convs as sums"]
-    assert "speed settings: freezing, one-pixel convs as sums" in package.spec.optimizations
+    assert package.result.passed and package.result.speed_settings == applied
+    assert "speed settings: " + ", ".join(applied) in package.spec.optimizations
     with zipfile.ZipFile(tmp_path / "se.pt2") as archive:
         wrapper = next(archive.read(name).decode() for name in archive.namelist() if name.endswith("wrapper.cpp"))
-    assert wrapper.count("aoti_torch_cpu_mkldnn__convolution_pointwise(") == 1
+    calls = re.findall(r"aoti_torch_cpu_mkldnn__convolution_pointwise\([^;]*;", wrapper)
+    assert len(calls) == 1 and '"swish"' not in calls[0] and '"none"' in calls[0]
     assert package.verify((x,), against="cpp").passed
     again = ad.export(model, (x,), package_path=tmp_path / "se.pt2")
-    assert again.result.cached and again.result.speed_settings == ["freezing", "one-pixel convs as sums"]
+    assert again.result.cached and again.result.speed_settings == applied
     # Under bits, the rewrite does not apply: the package is compiled again without
     # it (and then without freezing: no conv here is eager's bits), not reverified as
     # it was, with no way back.
@@ -283,12 +342,13 @@ def test_tune_candidates_name_and_record_the_rewrite() -> None:
     """The candidates built on the defaults say they sum one-pixel convs, and record
     it as the defaults do (so a reused tuned package reports it)."""
     model, x = squeeze_excite()
+    rewrites = "one-pixel convs as sums, conv SiLU in Inductor's loops"
     assert tune_names(model, x) == [
-        "toolkit defaults (freezing, one-pixel convs as sums)", "Inductor's defaults",
-        "freezing + C++ GEMM template, one-pixel convs as sums", "freezing, NCHW layout, one-pixel convs as sums"]
+        f"toolkit defaults (freezing, {rewrites})", "Inductor's defaults",
+        f"freezing + C++ GEMM template, {rewrites}", f"freezing, NCHW layout, {rewrites}"]
     run = SimpleNamespace(options=ExportOptions(optimize="tune"), tolerance=Tolerance(CLOSE))
     notes = [candidate.note for candidate in tuner.candidates(run, decomposed(model, x))]
-    assert notes[1] == "" and set(notes[::2] + notes[3:]) == {"speed settings: freezing, one-pixel convs as sums"}
+    assert notes[1] == "" and set(notes[::2] + notes[3:]) == {f"speed settings: freezing, {rewrites}"}
     model, x = squeeze_excite(batch=2)  # nothing to rewrite, and the user said no to freezing
     # Nor do the others say freezing: the user's setting applies over each candidate
     # (and Inductor's defaults are then the toolkit's, tried once).

@@ -54,7 +54,8 @@ class ExportOptions:
             True}); .pt2 only, recorded and verified like everything else.
         optimize: True: export-time graph rewrites that keep eager's bits, and on the
             CPU the speed settings that measured fastest (compiler/speed.py: freezing,
-            one-pixel convs as sums, zero pads folded into convs), each dropped for a model it breaks; "tune": the same rewrites, then compile
+            one-pixel convs as sums, zero pads folded into convs, conv SiLU in Inductor's
+            loops), each dropped for a model it breaks; "tune": the same rewrites, then compile
             the candidate settings (compiler/tuner.py), verify each, time each in the
             C++ runner and keep the fastest verified package; False: the graph as
             exported, with Inductor's own defaults.

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ..package.spec import CLOSE, PackageSpec, Tolerance
-from . import conv_padding, pixel_convs
+from . import conv_padding, conv_silu, pixel_convs
 from .options import ExportOptions
 
 Program = torch.export.ExportedProgram
@@ -35,6 +35,9 @@ class SpeedSetting:
     # the program's rewritten copy.
     finds: Callable[[Program], int] | None = None
     rewrite: Callable[[Program], Program] | None = None
+    # A rewrite that only pays in a frozen package (it undoes a fusion of freezing's),
+    # and so applies only where freezing does.
+    needs_freezing: bool = False
 
 
 # In order of importance: when one must go, the last one still applied goes first.
@@ -47,19 +50,24 @@ CPU_DEFAULTS: tuple[SpeedSetting, ...] = (
     # Zero pads before convolutions (TensorFlow's "SAME" by hand) as the convs' own
     # padding, not a copy of each activation.
     SpeedSetting("zero pads folded into convs", {}, conv_padding.count, conv_padding.into_convs),
+    # SiLU after a convolution in Inductor's loops, not oneDNN's dearer swish post-op.
+    SpeedSetting("conv SiLU in Inductor's loops", {}, conv_silu.count, conv_silu.unfused, needs_freezing=True),
 )
 
 
 def default_settings(options: ExportOptions) -> list[SpeedSetting]:
     """The speed settings this export starts with: the CPU defaults for a .pt2 package
-    with ``optimize`` on, less any whose configs the user set. An int8 export gets no
-    graph rewrite: its convs are quantized by Inductor's patterns, which a rewritten
-    conv would no longer match."""
+    with ``optimize`` on, less any whose configs the user set, and less those that
+    need freezing where it is off. An int8 export gets no graph rewrite: its convs
+    are quantized by Inductor's patterns, which a rewritten conv would no longer
+    match."""
     if options.target != "pt2" or options.device != "cpu" or not options.optimize:
         return []
     given = set(options.inductor_configs)
-    return [setting for setting in CPU_DEFAULTS
-            if not given & set(setting.configs) and not (options.quantize and setting.rewrite is not None)]
+    settings = [setting for setting in CPU_DEFAULTS
+                if not given & set(setting.configs) and not (options.quantize and setting.rewrite is not None)]
+    frozen = options.inductor_configs.get("freezing", any(s.configs.get("freezing") for s in settings))
+    return [setting for setting in settings if frozen or not setting.needs_freezing]
 
 
 def applicable(settings: list[SpeedSetting], program: Program, tolerance: Tolerance) -> list[SpeedSetting]:
