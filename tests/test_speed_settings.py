@@ -142,8 +142,9 @@ def test_convs_the_rewrite_leaves_alone(case: str) -> None:
 
 class ConvSilus(torch.nn.Module):
     """SiLU after a conv with batch norm, after a conv with bias alone (the graph's
-    output), and after things that are not a conv's output: a linear, a transposed
-    conv, and a conv plus the input."""
+    output), and after things freezing does not fuse with it: a linear, a transposed
+    conv, a conv plus the input, a weight minus a conv, and a conv whose output is
+    also read by a sum."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -151,11 +152,14 @@ class ConvSilus(torch.nn.Module):
         self.biased = torch.nn.Conv2d(4, 4, 1)
         self.linear = torch.nn.Linear(6, 6)
         self.transposed = torch.nn.ConvTranspose2d(4, 4, 1)
+        self.offset = torch.nn.Parameter(torch.randn(1, 4, 1, 1))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         silu = torch.nn.functional.silu
         y = silu(self.norm(self.conv(x)))
-        others = silu(self.linear(y)) + silu(self.transposed(y)) + silu(self.biased(y) + x)
+        z = self.biased(x)
+        others = (silu(self.linear(y)) + silu(self.transposed(y)) + silu(self.biased(y) + x)
+                  + silu(self.offset - self.biased(x)) + silu(z) + z)
         return silu(self.biased(y)), others, silu(x)
 
 
@@ -174,7 +178,7 @@ def neg_inputs(program: torch.export.ExportedProgram) -> list[str]:
 
 
 def test_conv_silus_are_found_and_kept_from_onednn_on_a_copy() -> None:
-    """Of six SiLUs, the two of a conv's output (through its batch norm, or its bias
+    """Of eight SiLUs, the two of a conv's output (through its batch norm, or its bias
     alone) are rewritten: negated as ``x * -1``, which oneDNN's fusion pattern does
     not match. The copy computes eager's SiLU to the bit, as the original does."""
     model, x = conv_silus()
@@ -182,12 +186,33 @@ def test_conv_silus_are_found_and_kept_from_onednn_on_a_copy() -> None:
     assert conv_silu.count(program) == 2
     rewrite = conv_silu.unfused(program)
     assert conv_silu.count(program) == 2 and conv_silu.count(rewrite) == 0  # the original is untouched
-    assert len(neg_inputs(program)) == 6
-    # Left: the linear's (a view of its addmm), the transposed conv's, the sum's, the input's.
-    assert neg_inputs(rewrite) == ["aten.add.Tensor", "aten.convolution.default", "aten.view.default", "placeholder"]
+    assert len(neg_inputs(program)) == 8
+    # Left: the linear's (a view of its addmm), the transposed conv's, the sum's, the
+    # weight minus conv's, the conv read twice, the input's.
+    assert neg_inputs(rewrite) == ["aten.add.Tensor", "aten.convolution.default", "aten.convolution.default",
+                                   "aten.sub.Tensor", "aten.view.default", "placeholder"]
     with torch.no_grad():
         for rewritten_out, out in zip(rewrite.module()(x), program.module()(x)):
             assert compare_bits(rewritten_out, out).identical
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_conv_silus_of_other_dtypes_are_left_alone(dtype: torch.dtype) -> None:
+    """oneDNN convolves no float64 (nothing to unfuse), and a bfloat16 SiLU computes in
+    float32 behind a conversion, which the rewrite does not follow."""
+    model, x = conv_silus()
+    assert conv_silu.count(decomposed(model.to(dtype), x.to(dtype))) == 0
+
+
+def test_a_silu_of_a_one_pixel_conv_is_not_counted_once_summed() -> None:
+    """The rewrites run in order: where the only conv SiLU is a one-pixel conv's, which
+    the sums rewrite first, the SiLU setting is not listed as applied."""
+    model, x = squeeze_excite()
+    model.forward = lambda x: torch.nn.functional.silu(model.reduce(model.conv(x).mean((2, 3), keepdim=True)))
+    program = decomposed(model, x)
+    assert conv_silu.count(program) == 1
+    assert names(applicable(default_settings(ExportOptions()), program, Tolerance(CLOSE))) == [
+        "freezing", "one-pixel convs as sums"]
 
 
 def test_rewrites_that_change_bits_are_left_out_of_a_bitwise_export() -> None:
@@ -202,7 +227,14 @@ def test_rewrites_that_change_bits_are_left_out_of_a_bitwise_export() -> None:
     assert names(applicable(settings, plain, Tolerance(CLOSE))) == ["freezing"]
 
 
-def test_a_squeeze_excite_package_sums_its_one_pixel_convs(tmp_path, build) -> None:  # noqa: ANN001
+def conv_calls(package_path) -> list[str]:  # noqa: ANN001
+    """The oneDNN convolution calls of a package's generated wrapper."""
+    with zipfile.ZipFile(package_path) as archive:
+        wrapper = next(archive.read(name).decode() for name in archive.namelist() if name.endswith("wrapper.cpp"))
+    return re.findall(r"aoti_torch_cpu_mkldnn__convolution_pointwise\([^;]*;", wrapper)
+
+
+def test_a_squeeze_excite_package_sums_its_one_pixel_convs(tmp_path, build, monkeypatch) -> None:  # noqa: ANN001
     """The real export: the two one-pixel convs are compiled as Inductor loops (one
     oneDNN convolution is left, the 3x3, and its SiLU is Inductor's, not oneDNN's
     swish), the package passes its check against eager at torch.testing's tolerance,
@@ -213,9 +245,7 @@ def test_a_squeeze_excite_package_sums_its_one_pixel_convs(tmp_path, build) -> N
     package = ad.export(model, (x,), package_path=tmp_path / "se.pt2")
     assert package.result.passed and package.result.speed_settings == applied
     assert "speed settings: " + ", ".join(applied) in package.spec.optimizations
-    with zipfile.ZipFile(tmp_path / "se.pt2") as archive:
-        wrapper = next(archive.read(name).decode() for name in archive.namelist() if name.endswith("wrapper.cpp"))
-    calls = re.findall(r"aoti_torch_cpu_mkldnn__convolution_pointwise\([^;]*;", wrapper)
+    calls = conv_calls(tmp_path / "se.pt2")
     assert len(calls) == 1 and '"swish"' not in calls[0] and '"none"' in calls[0]
     assert package.verify((x,), against="cpp").passed
     again = ad.export(model, (x,), package_path=tmp_path / "se.pt2")
@@ -227,6 +257,13 @@ def test_a_squeeze_excite_package_sums_its_one_pixel_convs(tmp_path, build) -> N
     with pytest.raises(ad.VerificationError, match=r"tolerance \(bitwise\)"):
         ad.export(model, (x,), package_path=tmp_path / "se.pt2", tolerance="bitwise", on_stage=stages.append)
     assert "compile again without freezing" in stages
+    # The control: without the SiLU setting, freezing fuses that SiLU into the conv
+    # as oneDNN's swish (if a torch stops doing so, the setting is for nothing).
+    monkeypatch.setattr(speed, "CPU_DEFAULTS", speed.CPU_DEFAULTS[:-1])
+    assert speed.CPU_DEFAULTS[-1].name == "zero pads folded into convs"
+    fused = ad.export(model, (x,), package_path=tmp_path / "fused.pt2")
+    assert fused.result.speed_settings == ["freezing", "one-pixel convs as sums"]
+    assert ['"swish"' in call for call in conv_calls(tmp_path / "fused.pt2")] == [True]
 
 
 def tune_names(model: torch.nn.Module, x: torch.Tensor, **options: object) -> list[str]:

@@ -12,9 +12,9 @@ it (a squeeze-and-excitation block's pooling and product) instead of writing it 
 The rewrite finds SiLU as the compile gets it, Inductor's decomposition
 ``x / (1 + exp(-x))`` of a convolution's output (through its batch norm, if any:
 arithmetic with weights only, which freezing folds into the convolution), and
-negates ``x`` as ``x * -1``. That is ``-x`` to the bit, so the package computes
-eager's SiLU as Inductor's loops always do, but the fusion pattern, which looks for
-``neg``, no longer matches. The convolution's own result still differs from eager's
+negates ``x`` as ``x * -1``. That is ``-x`` (a NaN's sign bit aside, which the
+SiLU does not show), so the package computes eager's SiLU as Inductor's loops always
+do, but the fusion pattern, which looks for ``neg``, no longer matches. The convolution's own result still differs from eager's
 in bits, as every frozen one does; like the other rewrites, this one applies only
 under the export's tolerance (speed.py's rule), and a package whose check fails with
 it is compiled without it. It applies only where freezing is on: without freezing
@@ -54,22 +54,23 @@ def _data_nodes(graph: torch.fx.Graph, user_inputs: set[str]) -> set[torch.fx.No
 
 
 def _conv_output(node: object, data: set[torch.fx.Node]) -> bool:
-    """Whether ``node`` is a non-transposed convolution's float output, or what an
-    inference batch norm or bias makes of it: arithmetic with weights only (the
-    decomposed batch norm, which freezing folds into the convolution)."""
+    """Whether ``node`` is a non-transposed float32 convolution's output, or what an
+    inference batch norm or bias makes of it: arithmetic with weights only, the
+    convolution's side first (the decomposed batch norm, in the form freezing folds
+    into the convolution)."""
     for _ in range(8):
         if not isinstance(node, torch.fx.Node) or node.op != "call_function":
             return False
         if node.target is _aten.convolution.default:
             value = node.meta.get("val")
             return (len(node.args) == 9 and not node.args[6] and isinstance(value, torch.Tensor)
-                    and value.dtype in (torch.float32, torch.float64))
-        if node.target not in _POINTWISE:
+                    and value.dtype == torch.float32)
+        if node.target not in _POINTWISE or node.kwargs or len(node.args) != 2:
             return False
-        operands = [arg for arg in node.args if isinstance(arg, torch.fx.Node) and arg in data]
-        if len(operands) != 1:
+        data_side, other = node.args
+        if data_side not in data or (isinstance(other, torch.fx.Node) and other in data):
             return False
-        node = operands[0]
+        node = data_side
     return False
 
 
@@ -79,6 +80,10 @@ def _matches(node: torch.fx.Node, data: set[torch.fx.Node]) -> torch.fx.Node | N
     if not _is_call(node, _aten.div.Tensor, users=None) or len(node.args) != 2:
         return None
     x, denominator = node.args
+    # Freezing's pattern wants the SiLU's two reads (neg and div) and no other.
+    value = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    if not isinstance(value, torch.Tensor) or value.dtype != torch.float32 or len(x.users) != 2:
+        return None
     if not _conv_output(x, data) or not _is_call(denominator, _aten.add.Tensor) or denominator.args[1] != 1:
         return None
     if denominator.kwargs.get("alpha", 1) != 1:
@@ -110,7 +115,8 @@ def unfused(program: torch.export.ExportedProgram) -> torch.export.ExportedProgr
         if x is None:
             continue
         neg = node.args[1].args[0].args[0]
-        # x * -1 is -x to the bit, and the fusion pattern looks for neg.
+        # x * -1 is -x (a NaN may keep its sign bit, and x / d is x's NaN either
+        # way), and the fusion pattern looks for neg.
         with graph.inserting_before(neg):
             negated = graph.call_function(_aten.mul.Tensor, (x, -1))
         neg.replace_all_uses_with(negated)

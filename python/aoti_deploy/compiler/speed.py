@@ -71,10 +71,21 @@ def default_settings(options: ExportOptions) -> list[SpeedSetting]:
 
 
 def applicable(settings: list[SpeedSetting], program: Program, tolerance: Tolerance) -> list[SpeedSetting]:
-    """``settings`` less the rewrites that find nothing in ``program``, and all
-    rewrites when the package is held to its bits (they change them)."""
-    return [setting for setting in settings
-            if setting.rewrite is None or (tolerance.rule == CLOSE and setting.finds(program) > 0)]
+    """``settings`` less the rewrites that find nothing in ``program`` as the rewrites
+    before them leave it (one-pixel convs summed are no longer convs), and all
+    rewrites when the package is held to its bits (they change them). A rewrite that
+    raises here is kept, for ``rewritten`` to report."""
+    kept = []
+    for setting in settings:
+        if setting.rewrite is None:
+            kept.append(setting)
+        elif tolerance.rule == CLOSE and setting.finds(program) > 0:
+            kept.append(setting)
+            try:
+                program = setting.rewrite(program)
+            except Exception:  # noqa: BLE001  (reported by rewritten(), which drops the setting)
+                pass
+    return kept
 
 
 class RewriteFailed(Exception):
