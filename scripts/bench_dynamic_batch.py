@@ -35,7 +35,7 @@ import aoti_deploy as ad  # noqa: E402
 from aoti_deploy.bench.results import machine_facts  # noqa: E402
 from aoti_deploy.package.host import host_cpu_flags  # noqa: E402
 from aoti_deploy.runtime.tensor_files import save_tensors  # noqa: E402
-from bench_one_pixel_convs import ort_p50  # noqa: E402  (scripts/, the same timing)
+from bench_speed_setting import ort_p50  # noqa: E402  (scripts/, the same timing)
 from examples import bench_models  # noqa: E402
 
 FEATURES = ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16"]

@@ -233,7 +233,7 @@ def host_line() -> str:
             + f"; torch {torch.__version__}.")
 
 
-# The vector features named beside a table (scripts/bench_one_pixel_convs.py's).
+# The vector features named beside a table (scripts/bench_speed_setting.py's).
 FEATURES = ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16"]
 # The vision models whose batch-1 geometric mean the issue sets a goal for.
 GATED = ("resnet50", "efficientnet_b0", "convnext_tiny", "vit_tiny")

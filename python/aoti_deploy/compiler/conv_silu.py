@@ -22,7 +22,8 @@ no convolution is fused with its activation.
 
 Measured on EfficientNet-B0 (batch 1, 2 threads, 33 SiLUs after convolutions, an
 AVX-512 host): the C++ runner's p50 went down 7.5 % (the median of 11 interleaved
-rounds, docs/performance-real-models.md).
+rounds' ratios), 3.7 % in a noisier run, 3 % at batch 8
+(docs/performance-real-models.md).
 """
 
 from __future__ import annotations

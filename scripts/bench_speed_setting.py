@@ -1,13 +1,14 @@
-"""What the "one-pixel convs as sums" default (compiler/pixel_convs.py) is worth: a
-model exported twice with the toolkit's defaults, once without that one setting, each
-package timed in the C++ runner (aoti_runner --bench), and ONNX Runtime on
+"""What one of the CPU speed defaults (compiler/speed.py) is worth: a model exported
+twice with the toolkit's defaults, once without that one setting, each package timed
+in the C++ runner (aoti_runner --bench), and ONNX Runtime on
 torch.onnx.export(dynamo=True) of the same model; the three interleaved over
 --rounds rounds in one run, at the same intra-op thread count. Prints a markdown
-table of the median p50s with the host's CPU and its vector features, on which the
-numbers depend.
+table of the median p50s, and the median of each round's ratio of the two packages
+(this host's speed drifts between rounds; a ratio within one round does not), with
+the host's CPU and its vector features, on which the numbers depend.
 
-    .venv/bin/python scripts/bench_one_pixel_convs.py [--model efficientnet_b0] [--batch 1]
-        [--threads 2] [--rounds 5] [--iterations 150]
+    .venv/bin/python scripts/bench_speed_setting.py [--setting "one-pixel convs as sums"]
+        [--model efficientnet_b0] [--batch 1] [--threads 2] [--rounds 5] [--iterations 150]
 
 Needs the onnx and hf extras.
 """
@@ -34,18 +35,17 @@ from aoti_deploy.compiler import speed  # noqa: E402
 from aoti_deploy.package.host import host_cpu_flags  # noqa: E402
 from examples import bench_models  # noqa: E402
 
-SETTING = "one-pixel convs as sums"
 FEATURES = ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16"]
 # The vision set's tolerance (scripts/bench_real_models.py): 1000 logits after deep
 # stacks of convs, summed in another order than eager's.
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-4}
 
 
-def export(model: torch.nn.Module, kwargs: dict, path: Path, threads: int, without: bool) -> ad.Package:
-    """The model exported with the defaults, or with the defaults less SETTING."""
+def export(model: torch.nn.Module, kwargs: dict, path: Path, threads: int, without: str | None) -> ad.Package:
+    """The model exported with the defaults, or with the defaults less ``without``."""
     defaults = speed.CPU_DEFAULTS
     if without:
-        speed.CPU_DEFAULTS = tuple(setting for setting in defaults if setting.name != SETTING)
+        speed.CPU_DEFAULTS = tuple(setting for setting in defaults if setting.name != without)
     try:
         return ad.export(model, (), kwargs, package_path=path, threads=threads, tolerance=TOLERANCE, force=True)
     finally:
@@ -65,6 +65,9 @@ def ort_p50(session: onnxruntime.InferenceSession, feed: dict, iterations: int) 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    names = [setting.name for setting in speed.CPU_DEFAULTS]
+    parser.add_argument("--setting", default="one-pixel convs as sums", choices=names,
+                        help="the default to measure without")
     parser.add_argument("--model", default="efficientnet_b0", help="a factory of examples/bench_models.py")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
@@ -76,11 +79,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         packages = {}
-        for label, without in ((f"package, defaults without {SETTING}", True), ("package, defaults", False)):
+        setting = options.setting
+        for label, without in ((f"package, defaults without {setting}", setting), ("package, defaults", None)):
             print(f"==> export: {label}", flush=True)
             package = export(model, kwargs, folder / f"{len(packages)}.pt2", options.threads, without)
             print(f"    speed settings: {', '.join(package.result.speed_settings)}; "
                   f"{str(package.report).splitlines()[0]}", flush=True)
+            if (setting in package.result.speed_settings) == bool(without):
+                print(f"error: the package {'has' if without else 'lacks'} {setting!r}: "
+                      f"{package.result.speed_settings}", file=sys.stderr)
+                return 1
             packages[label] = package
         print("==> ONNX export", flush=True)
         torch.onnx.export(model, (), str(folder / "model.onnx"), kwargs=kwargs, dynamo=True)
@@ -108,6 +116,10 @@ def main() -> int:
     print("| path | p50 (µs) | / ONNX Runtime |\n|---|---:|---:|")
     for label, values in p50s.items():
         print(f"| {label} | {statistics.median(values):.0f} | {statistics.median(values) / ort:.2f}x |")
+    without, with_it = p50s[f"package, defaults without {setting}"], p50s["package, defaults"]
+    ratios = [a / b for a, b in zip(with_it, without)]
+    print(f"\nwith / without {setting}, each round: median {statistics.median(ratios):.3f} "
+          f"({', '.join(f'{r:.3f}' for r in ratios)})")
     return 0
 
 
