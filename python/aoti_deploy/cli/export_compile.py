@@ -226,7 +226,8 @@ def export_compile(
             "no bias, unstrided, unpadded) convs become one fused multiply, each after a bit-exactness "
             "probe with special values. On the CPU also the speed settings that measured fastest "
             "(freezing; squeeze-and-excitation's one-pixel convs as fused sums; symmetric zero pads as "
-            "the convs' own padding; a conv's SiLU in Inductor's loops, not oneDNN's swish), each dropped for a model whose compile or check it breaks. "
+            "the convs' own padding; a conv's SiLU in Inductor's loops, not oneDNN's swish), each "
+            "dropped for a model whose compile or check it breaks. "
             "--no-optimize compiles the graph as exported, with Inductor's own defaults.",
         ),
     ] = True,

@@ -14,10 +14,10 @@ The rewrite finds SiLU as the compile gets it, Inductor's decomposition
 arithmetic with weights only, which freezing folds into the convolution), and
 negates ``x`` as ``x * -1``. That is ``-x`` (a NaN's sign bit aside, which the
 SiLU does not show), so the package computes eager's SiLU as Inductor's loops always
-do, but the fusion pattern, which looks for ``neg``, no longer matches. The convolution's own result still differs from eager's
-in bits, as every frozen one does; like the other rewrites, this one applies only
-under the export's tolerance (speed.py's rule), and a package whose check fails with
-it is compiled without it. It applies only where freezing is on: without freezing
+do, but the fusion pattern, which looks for ``neg``, no longer matches. The
+convolution's own result still differs from eager's in bits, as every frozen one
+does; like the other rewrites, this one applies only under the export's tolerance
+(speed.py's rule), and a package whose check fails with it is compiled without it. It applies only where freezing is on: without freezing
 no convolution is fused with its activation.
 
 Measured on EfficientNet-B0 (batch 1, 2 threads, 33 SiLUs after convolutions, an

@@ -55,8 +55,8 @@ class ExportOptions:
         optimize: True: export-time graph rewrites that keep eager's bits, and on the
             CPU the speed settings that measured fastest (compiler/speed.py: freezing,
             one-pixel convs as sums, zero pads folded into convs, conv SiLU in Inductor's
-            loops), each dropped for a model it breaks; "tune": the same rewrites, then compile
-            the candidate settings (compiler/tuner.py), verify each, time each in the
+            loops), each dropped for a model it breaks; "tune": the same rewrites, then
+            compile the candidate settings (compiler/tuner.py), verify each, time each in the
             C++ runner and keep the fastest verified package; False: the graph as
             exported, with Inductor's own defaults.
         tune_budget: seconds the tuner may spend; a candidate not started by then is
