@@ -42,8 +42,9 @@ c10::IValue unpickle_tensor_file(const std::vector<char>& bytes, std::map<const 
   const auto& pickle = std::get<0>(pickle_record);
   const size_t pickle_size = std::get<1>(pickle_record);
   const auto* pickle_bytes = static_cast<const char*>(pickle.get());
-  // The unpickler allocates what an opcode declares before reading it.
-  if (const auto problem = pickle_length_problem(pickle_bytes, pickle_size); !problem.empty()) {
+  // The unpickler allocates what an opcode declares before reading it, and grows its
+  // memo to any id it is given.
+  if (const auto problem = pickle_problem(pickle_bytes, pickle_size); !problem.empty()) {
     throw std::runtime_error("data.pkl: " + problem);
   }
   size_t position = 0;
