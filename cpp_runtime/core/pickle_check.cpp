@@ -35,26 +35,9 @@ std::string pickle_problem(const char* data, size_t size) {
       case '.':  // STOP
         return "";
       // Fixed-size arguments.
-      case 'K': case 'h': case 0x80: case 0x82: fixed = 1; break;
+      case 'K': case 'h': case 'q': case 0x80: case 0x82: fixed = 1; break;
       case 'M': case 0x83: fixed = 2; break;
-      case 'J': case 'j': case 0x84: fixed = 4; break;
-      // BINPUT and LONG_BINPUT: the unpickler grows its memo to the id it is given, so
-      // one LONG_BINPUT of 1.3 billion made it allocate 20 GB (fuzz_tensor_file). A
-      // pickler numbers its memo entries 0, 1, 2, ... in the order it stores them.
-      case 'q': case 'r': {
-        const size_t width = op == 'q' ? 1 : 4;
-        if (width > size - at) {
-          return "an opcode's argument runs past the end of the pickle";
-        }
-        const uint64_t id = little_endian(bytes + at, width);
-        if (id > memo_entries) {
-          return "an opcode stores memo entry " + std::to_string(id) + ", but only " +
-                 std::to_string(memo_entries) + " were stored before it (a pickler numbers them in order)";
-        }
-        memo_entries += id == memo_entries ? 1 : 0;
-        at += width;
-        continue;
-      }
+      case 'J': case 'j': case 'r': case 0x84: fixed = 4; break;
       case 'G': case 0x95: fixed = 8; break;
       // Length-prefixed arguments.
       case 'U': case 'C': case 0x8c: case 0x8a: length_width = 1; break;
@@ -77,6 +60,19 @@ std::string pickle_problem(const char* data, size_t size) {
     if (length_width == 0) {
       if (fixed > size - at) {
         return "an opcode's argument runs past the end of the pickle";
+      }
+      // BINPUT and LONG_BINPUT: the unpickler grows its memo to the id it is given, so
+      // one LONG_BINPUT of 1.3 billion made it allocate 20 GB (fuzz_tensor_file). A
+      // pickler numbers its memo entries 0, 1, 2, ... in the order it stores them.
+      if (op == 'q' || op == 'r') {
+        const uint64_t id = little_endian(bytes + at, fixed);
+        if (id > memo_entries) {
+          return "an opcode stores memo entry " + std::to_string(id) + ", but only " +
+                 std::to_string(memo_entries) + " were stored before it (a pickler numbers them in order)";
+        }
+        if (id == memo_entries) {
+          ++memo_entries;
+        }
       }
       at += fixed;
       continue;
