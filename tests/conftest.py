@@ -4,10 +4,13 @@ library (loaded once), and one AOTI package compiled once through the real CLI."
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import torch
@@ -88,6 +91,45 @@ def require_transformers() -> None:
         pytest.skip(reason, allow_module_level=True)
 
 
+# --- one value per run, across the workers of a parallel run ---------------------------
+# scripts/test.sh runs the suite in two pytest-xdist workers, each with its own session.
+# A compile that tests in both need is made once: by the worker that asks first.
+
+T = TypeVar("T")
+
+
+def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+    """The folder every worker of a parallel run shares (xdist gives each worker its
+    own basetemp in it), or None in a serial run."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return None
+    return tmp_path_factory.getbasetemp().parent
+
+
+def once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], T]) -> T:
+    """A session fixture's value, made once per run. In a serial run, make(a new
+    folder). In a parallel one, the first worker to ask makes it in a shared folder
+    while holding a lock, and keeps it pickled; a worker that asks later waits on the
+    lock, then takes the same value. A make that raises leaves no value: the next
+    worker makes it again, and fails in its own tests too."""
+    root = shared_root(tmp_path_factory)
+    if root is None:
+        return make(tmp_path_factory.mktemp(name))
+    from filelock import FileLock
+
+    made = root / f"{name}.pickle"
+    with FileLock(str(root / f"{name}.lock")):
+        if made.exists():
+            return pickle.loads(made.read_bytes())
+        out = root / name
+        out.mkdir(exist_ok=True)
+        value = make(out)
+        staged = root / f"{name}.pickle.partial"
+        staged.write_bytes(pickle.dumps(value))
+        staged.replace(made)
+        return value
+
+
 @dataclass(frozen=True)
 class Build:
     dir: Path
@@ -134,7 +176,10 @@ def op_library(build: Build) -> Path:
 @pytest.fixture(scope="session")
 def compiled_package(tmp_path_factory: pytest.TempPathFactory, op_library: Path) -> CompiledPackage:
     """The one AOTI compile of the suite, made by the export_compile CLI itself."""
-    out_dir = tmp_path_factory.mktemp("package")
+    return once_per_run(tmp_path_factory, "package", lambda out_dir: _compile_package(out_dir, op_library))
+
+
+def _compile_package(out_dir: Path, op_library: Path) -> CompiledPackage:
     package = out_dir / "model.pt2"
     batch, channels, height, width = PACKAGE_SHAPE
     result = CliRunner().invoke(
@@ -162,13 +207,15 @@ def api_quickstart(tmp_path_factory: pytest.TempPathFactory, build: Build) -> Qu
     exports, calls, verifies, bundles and writes a Triton repository. Its module is
     imported by name (not run as a script), so its Scorer package has the compile-cache
     key of any import of examples.api_quickstart: the docs' API example reuses it."""
-    out_dir = tmp_path_factory.mktemp("api_quickstart")
-    result = subprocess.run(
-        [sys.executable, "-c", "import sys; from pathlib import Path; from examples.api_quickstart import main; "
-         "main(Path(sys.argv[1]))", str(out_dir)],
-        capture_output=True, text=True, timeout=900, cwd=REPO_ROOT,
-    )
-    return QuickstartRun(out_dir, result)
+    def run(out_dir: Path) -> QuickstartRun:
+        result = subprocess.run(
+            [sys.executable, "-c", "import sys; from pathlib import Path; from examples.api_quickstart import main; "
+             "main(Path(sys.argv[1]))", str(out_dir)],
+            capture_output=True, text=True, timeout=900, cwd=REPO_ROOT,
+        )
+        return QuickstartRun(out_dir, result)
+
+    return once_per_run(tmp_path_factory, "api_quickstart", run)
 
 
 # --- bring-your-own-model packages (test_user_models.py, test_install.py) ------------
@@ -201,14 +248,16 @@ def _export_model_package(out: Path, args: list[str]) -> UserPackage:
 @pytest.fixture(scope="session")
 def two_library(tmp_path_factory: pytest.TempPathFactory, build: Build, op_library: Path) -> UserPackage:
     """Custom ops from two libraries; the factory returns its own example input."""
-    out = tmp_path_factory.mktemp("two_library")
-    code, output = _export([
-        "--model", "examples.user_models:two_library_model", "--model-arg", "shift=0.25",
-        "--op-lib", str(build.op_library), "--op-lib", str(build.extra_op_library),
-        "--fake-module", "examples.extra_ops_fakes", "--dynamic-dim", "0.0=1:16",
-        "--save-reference", str(out / "ref"), "--output", str(out / "model.pt2"),
-    ])
-    return UserPackage(out / "model.pt2", out / "ref", code, output)
+    def make(out: Path) -> UserPackage:
+        code, output = _export([
+            "--model", "examples.user_models:two_library_model", "--model-arg", "shift=0.25",
+            "--op-lib", str(build.op_library), "--op-lib", str(build.extra_op_library),
+            "--fake-module", "examples.extra_ops_fakes", "--dynamic-dim", "0.0=1:16",
+            "--save-reference", str(out / "ref"), "--output", str(out / "model.pt2"),
+        ])
+        return UserPackage(out / "model.pt2", out / "ref", code, output)
+
+    return once_per_run(tmp_path_factory, "two_library", make)
 
 
 @pytest.fixture(scope="session")
@@ -228,8 +277,8 @@ def score_package(tmp_path_factory: pytest.TempPathFactory) -> UserPackage:
     """The one package whose tensors are only their batch dim (examples.user_models'
     score_model: a per-example weight w [B] in, one score per example [B] out), batch
     1..16: Triton serves it batched through reshape."""
-    return _export_model_package(tmp_path_factory.mktemp("score"), [
-        "--model", "examples.user_models:score_model", "--dynamic-dim", "0.0,1.0=1:16"])
+    return once_per_run(tmp_path_factory, "score", lambda out: _export_model_package(out, [
+        "--model", "examples.user_models:score_model", "--dynamic-dim", "0.0,1.0=1:16"]))
 
 
 # LookupModel's batch, shared by its four integer inputs (examples/index_models.py).
@@ -241,13 +290,15 @@ def lookup_package(tmp_path_factory: pytest.TempPathFactory) -> UserPackage:
     """The one package whose integer inputs index tensors (embedding, index_select,
     gather, tensor indexing), batch 1..8: compiled once for the value-range tests and
     the Triton test."""
-    out = tmp_path_factory.mktemp("lookup")
-    code, output = _export([
-        "--model", "examples.index_models:lookup_model", "--dynamic-dim", LOOKUP_DYNAMIC_BATCH,
-        "--save-reference", str(out / "ref"), "--output", str(out / "model.pt2"),
-    ])
-    assert code == 0, output
-    return UserPackage(out / "model.pt2", out / "ref", code, output)
+    def make(out: Path) -> UserPackage:
+        code, output = _export([
+            "--model", "examples.index_models:lookup_model", "--dynamic-dim", LOOKUP_DYNAMIC_BATCH,
+            "--save-reference", str(out / "ref"), "--output", str(out / "model.pt2"),
+        ])
+        assert code == 0, output
+        return UserPackage(out / "model.pt2", out / "ref", code, output)
+
+    return once_per_run(tmp_path_factory, "lookup", make)
 
 
 @pytest.fixture(scope="session")
@@ -255,23 +306,27 @@ def computed_index_package(tmp_path_factory: pytest.TempPathFactory) -> UserPack
     """The one package whose indices are computed from its inputs before they index
     (embedding, take, scatter, scatter_add, index_put, index_select, tensor indexing,
     gather, embedding_bag), batch 1..8: for the index-check tests and the Triton test."""
-    out = tmp_path_factory.mktemp("computed_index")
-    code, output = _export([
-        "--model", "examples.index_models:computed_index_model", "--dynamic-dim", "0.0,1.0,2.0,3.0,4.0,5.0,6.0,7.0=1:8",
-        "--output", str(out / "model.pt2"),
-    ])
-    assert code == 0, output
-    return UserPackage(out / "model.pt2", out / "ref", code, output)
+    def make(out: Path) -> UserPackage:
+        code, output = _export([
+            "--model", "examples.index_models:computed_index_model", "--dynamic-dim", "0.0,1.0,2.0,3.0,4.0,5.0,6.0,7.0=1:8",
+            "--output", str(out / "model.pt2"),
+        ])
+        assert code == 0, output
+        return UserPackage(out / "model.pt2", out / "ref", code, output)
+
+    return once_per_run(tmp_path_factory, "computed_index", make)
 
 
 @pytest.fixture(scope="session")
 def late_index_package(tmp_path_factory: pytest.TempPathFactory) -> UserPackage:
     """The package whose indices become indexing only in Inductor's decompositions
     (cross_entropy's gather), follow a two-dim bool mask, or are read with .item()."""
-    out = tmp_path_factory.mktemp("late_index")
-    code, output = _export(["--model", "examples.index_models:late_index_model", "--output", str(out / "model.pt2")])
-    assert code == 0, output
-    return UserPackage(out / "model.pt2", out / "ref", code, output)
+    def make(out: Path) -> UserPackage:
+        code, output = _export(["--model", "examples.index_models:late_index_model", "--output", str(out / "model.pt2")])
+        assert code == 0, output
+        return UserPackage(out / "model.pt2", out / "ref", code, output)
+
+    return once_per_run(tmp_path_factory, "late_index", make)
 
 
 def run_cmd(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
@@ -343,15 +398,18 @@ def parity_matrix(tmp_path_factory: pytest.TempPathFactory, build: Build, op_lib
     from aoti_deploy.package.dtypes import DTYPES
     from aoti_deploy.runtime.onnx_extra import missing_onnx_packages
 
-    work_dir = tmp_path_factory.mktemp("parity")
-    onnx = not missing_onnx_packages()
-    dtypes = tuple(DTYPES)
-    here, there = dtypes[: len(dtypes) // 2], dtypes[len(dtypes) // 2:]
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        elsewhere = pool.submit(_run_matrix_in_worker, str(work_dir), str(build.runner), str(op_library), there, onnx)
-        results = run_matrix(work_dir, build.runner, op_library, dtypes=here, onnx=onnx)
-        results += elsewhere.result()
-    return work_dir, results
+    def make(work_dir: Path):
+        onnx = not missing_onnx_packages()
+        dtypes = tuple(DTYPES)
+        here, there = dtypes[: len(dtypes) // 2], dtypes[len(dtypes) // 2:]
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            elsewhere = pool.submit(_run_matrix_in_worker, str(work_dir), str(build.runner), str(op_library), there,
+                                    onnx)
+            results = run_matrix(work_dir, build.runner, op_library, dtypes=here, onnx=onnx)
+            results += elsewhere.result()
+        return work_dir, results
+
+    return once_per_run(tmp_path_factory, "parity", make)
 
 
 @pytest.fixture(scope="session")
@@ -477,6 +535,7 @@ def _export_zoo_in_worker(names: tuple[str, ...], out: str) -> None:
 
         (Path(out) / "worker_error.txt").write_text(traceback.format_exc())
         raise
+    (Path(out) / "done").touch()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -484,21 +543,44 @@ def _zoo_prefetch(tmp_path_factory: pytest.TempPathFactory):
     """When a collected test uses the zoo, its five compiles start with the session in
     a worker process, on the core the mostly single-threaded tests leave free; the zoo
     fixture, much later in the run, then finds the packages built. A worker still
-    running at the session's end is stopped."""
+    running at the session's end is stopped. In a parallel run only the first pytest
+    worker starts it, in the shared folder; the others yield (folder, None) and wait
+    for its files."""
     import importlib.util
     import multiprocessing
 
     if not _ZOO_WANTED or importlib.util.find_spec("transformers") is None:
         yield None
         return
-    out = tmp_path_factory.mktemp("zoo")
+    root = shared_root(tmp_path_factory)
+    if root is None:
+        out = tmp_path_factory.mktemp("zoo")
+    else:
+        out = root / "zoo"
+        try:
+            out.mkdir()
+        except FileExistsError:  # another pytest worker started the exports
+            yield out, None
+            return
     worker = multiprocessing.get_context("spawn").Process(target=_export_zoo_in_worker, args=(ZOO, str(out)),
                                                         name="zoo exports")
     worker.start()
     yield out, worker
+    if root is not None:
+        worker.join(timeout=1800)  # another pytest worker may still be waiting for it
     if worker.is_alive():
         worker.terminate()
     worker.join(timeout=60)
+
+
+def _wait_for_any(*paths: Path, timeout: float) -> None:
+    """Until one of paths exists, checked twice a second; fails at the timeout."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not any(path.exists() for path in paths):
+        assert time.monotonic() < deadline, f"none of {', '.join(map(str, paths))} appeared in {timeout:.0f} s"
+        time.sleep(0.5)
 
 
 @pytest.fixture(scope="session")
@@ -511,9 +593,14 @@ def zoo(_zoo_prefetch) -> dict[str, ZooModel]:
     require_transformers()
     assert _zoo_prefetch is not None, "the zoo's worker was not started"
     out, worker = _zoo_prefetch
-    worker.join(timeout=1800)
     error = out / "worker_error.txt"
-    assert worker.exitcode == 0, f"the zoo's exports failed (exit {worker.exitcode}):\n" + (
+    if worker is not None:
+        worker.join(timeout=1800)
+        exit_code = worker.exitcode
+    else:  # started by another pytest worker: its process leaves "done" or the traceback
+        _wait_for_any(out / "done", error, timeout=1800)
+        exit_code = 0 if (out / "done").exists() else 1
+    assert exit_code == 0, f"the zoo's exports failed (exit {exit_code}):\n" + (
         error.read_text() if error.exists() else "no traceback written")
     built = _export_zoo(ZOO, str(out))
     for name in ZOO:
