@@ -26,6 +26,10 @@ export AOTI_DEPLOY_REQUIRE_QUANT="${AOTI_DEPLOY_REQUIRE_QUANT:-1}"
 # The fleet tests (tests/test_fleet.py) put HAProxy in front of two tritonservers.
 "$ROOT/scripts/install_haproxy.sh"
 
-printf '\n==> running the test suite\n'
+# Two pytest-xdist workers (TEST_WORKERS=0 runs the suite in this one process), a test
+# file to a worker: most tests wait on one compiler or one server process, so a 2-core
+# host runs the suite in about three quarters of the time. A compile that tests in both
+# workers need is made once (tests/conftest.py: once_per_run).
+printf '\n==> running the test suite (%s pytest workers)\n' "${TEST_WORKERS:-2}"
 cd "$ROOT"
-"$VENV/bin/python" -m pytest "$@"
+"$VENV/bin/python" -m pytest -n "${TEST_WORKERS:-2}" --dist loadfile "$@"
