@@ -38,21 +38,18 @@ export AOTI_DEPLOY_REQUIRE_TRITON="${AOTI_DEPLOY_REQUIRE_TRITON:-1}"
 # and reload soak tests (100 reloads, many clients, eight models in parallel).
 TRITON_SUBSET="outputs_have or cannot_run or bad_request or concurrent_bad or overflows or fault_in_execute \
 or crafted_package or index_out_of_range or dynamic_batching"
-if [[ $# -eq 0 ]]; then
-  set -- tests/test_cpp_runner.py tests/test_hostile_files.py tests/test_contract.py
-  run_triton=1
-else
-  run_triton=0
-fi
-
 cd "$ROOT"
 status=0
-printf '\n==> process tests on the sanitizer build: %s\n' "$*"
-LD_PRELOAD="$AOTI_DEPLOY_ASAN_RUNTIME" "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@" || status=$?
-if [[ $run_triton -eq 1 ]]; then
-  printf '\n==> Triton backend subset in a real tritonserver, on the sanitizer build\n'
-  LD_PRELOAD="$AOTI_DEPLOY_ASAN_RUNTIME" "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_triton.py \
-    -k "$TRITON_SUBSET" || status=$?
+if [[ $# -eq 0 ]]; then
+  # Both at once, in two pytest workers, a test file to a worker: the Triton file's
+  # worker compiles its packages while the other runs the process tests.
+  printf '\n==> process tests and the Triton backend subset (a real tritonserver), on the sanitizer build\n'
+  LD_PRELOAD="$AOTI_DEPLOY_ASAN_RUNTIME" "$VENV/bin/python" -m pytest -q -p no:cacheprovider -n 2 --dist loadfile \
+    tests/test_cpp_runner.py tests/test_hostile_files.py tests/test_contract.py tests/test_triton.py \
+    -k "not test_triton.py or $TRITON_SUBSET" || status=$?
+else
+  printf '\n==> on the sanitizer build: %s\n' "$*"
+  LD_PRELOAD="$AOTI_DEPLOY_ASAN_RUNTIME" "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@" || status=$?
 fi
 
 if compgen -G "$reports/*" > /dev/null; then
