@@ -40,8 +40,12 @@ def names(settings: list[SpeedSetting]) -> list[str]:
 
 
 def test_cpu_packages_start_with_the_defaults() -> None:
-    assert names(default_settings(ExportOptions())) == [
-        "freezing", "one-pixel convs as sums", "zero pads folded into convs", "conv SiLU in Inductor's loops"]
+    """All of them for an AVX2 CPU; for an AVX-512 one, all but the linear activations'
+    (oneDNN's post-ops measured as fast there)."""
+    shared = ["freezing", "one-pixel convs as sums", "zero pads folded into convs", "conv SiLU in Inductor's loops"]
+    assert names(default_settings(ExportOptions(cpu_target="x86-64-v3"))) == [
+        *shared, "linear GELU and SiLU in Inductor's loops"]
+    assert names(default_settings(ExportOptions(cpu_target="x86-64-v4"))) == shared
 
 
 @pytest.mark.parametrize("options", [
@@ -61,10 +65,11 @@ def test_a_setting_the_user_gave_is_theirs() -> None:
     """Freezing off is the user's; the graph rewrites, which set no Inductor config,
     still apply (optimize=False turns them off), but for the one that only undoes a
     fusion of freezing's. Freezing on by the user's word keeps that one."""
-    assert names(default_settings(ExportOptions(inductor_configs={"freezing": False}))) == [
+    assert names(default_settings(ExportOptions(inductor_configs={"freezing": False}, cpu_target="x86-64-v3"))) == [
         "one-pixel convs as sums", "zero pads folded into convs"]
-    assert names(default_settings(ExportOptions(inductor_configs={"freezing": True}))) == [
-        "one-pixel convs as sums", "zero pads folded into convs", "conv SiLU in Inductor's loops"]
+    assert names(default_settings(ExportOptions(inductor_configs={"freezing": True}, cpu_target="x86-64-v3"))) == [
+        "one-pixel convs as sums", "zero pads folded into convs", "conv SiLU in Inductor's loops",
+        "linear GELU and SiLU in Inductor's loops"]
 
 
 class SqueezeExcite(torch.nn.Module):
@@ -227,11 +232,22 @@ def test_rewrites_that_change_bits_are_left_out_of_a_bitwise_export() -> None:
     assert names(applicable(settings, plain, Tolerance(CLOSE))) == ["freezing"]
 
 
-def conv_calls(package_path) -> list[str]:  # noqa: ANN001
-    """The oneDNN convolution calls of a package's generated wrapper."""
+def onednn_calls(package_path, op: str = "mkldnn__convolution_pointwise") -> list[str]:  # noqa: ANN001
+    """The calls of one oneDNN op in a package's generated wrapper."""
     with zipfile.ZipFile(package_path) as archive:
         wrapper = next(archive.read(name).decode() for name in archive.namelist() if name.endswith("wrapper.cpp"))
-    return re.findall(r"aoti_torch_cpu_mkldnn__convolution_pointwise\([^;]*;", wrapper)
+    return re.findall(rf"aoti_torch_cpu_{op}\([^;]*;", wrapper)
+
+
+def conv_calls(package_path) -> list[str]:  # noqa: ANN001
+    """The oneDNN convolution calls of a package's generated wrapper."""
+    return onednn_calls(package_path)
+
+
+def without(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """The CPU defaults less the one named."""
+    assert name in names(list(speed.CPU_DEFAULTS))
+    monkeypatch.setattr(speed, "CPU_DEFAULTS", tuple(s for s in speed.CPU_DEFAULTS if s.name != name))
 
 
 def test_a_squeeze_excite_package_sums_its_one_pixel_convs(tmp_path, build, monkeypatch) -> None:  # noqa: ANN001
@@ -259,8 +275,7 @@ def test_a_squeeze_excite_package_sums_its_one_pixel_convs(tmp_path, build, monk
     assert "compile again without freezing" in stages
     # The control: without the SiLU setting, freezing fuses that SiLU into the conv
     # as oneDNN's swish (if a torch stops doing so, the setting is for nothing).
-    monkeypatch.setattr(speed, "CPU_DEFAULTS", speed.CPU_DEFAULTS[:-1])
-    assert speed.CPU_DEFAULTS[-1].name == "zero pads folded into convs"
+    without(monkeypatch, "conv SiLU in Inductor's loops")
     fused = ad.export(model, (x,), package_path=tmp_path / "fused.pt2")
     assert fused.result.speed_settings == ["freezing", "one-pixel convs as sums"]
     assert ['"swish"' in call for call in conv_calls(tmp_path / "fused.pt2")] == [True]

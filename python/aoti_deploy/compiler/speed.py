@@ -20,8 +20,9 @@ from typing import Any
 
 import torch
 
+from ..package.host import target_cpu_flags
 from ..package.spec import CLOSE, PackageSpec, Tolerance
-from . import conv_padding, conv_silu, pixel_convs
+from . import conv_padding, conv_silu, linear_activations, pixel_convs
 from .options import ExportOptions
 
 Program = torch.export.ExportedProgram
@@ -38,6 +39,15 @@ class SpeedSetting:
     # A rewrite that only pays in a frozen package (it undoes a fusion of freezing's),
     # and so applies only where freezing does.
     needs_freezing: bool = False
+    # Where it pays only on some CPUs: whether it applies to a package compiled for a
+    # CPU with these flags (the cpu_target's, or this host's for a native package).
+    for_cpu: Callable[[set[str]], bool] | None = None
+
+
+def without_avx512(flags: set[str]) -> bool:
+    """An x86 CPU with no AVX-512: AVX2 at most, where oneDNN's activation post-ops
+    measured dear (docs/performance-real-models.md, "The transformers on an AVX2 host")."""
+    return "sse2" in flags and "avx512f" not in flags
 
 
 # In order of importance: when one must go, the last one still applied goes first.
@@ -52,13 +62,18 @@ CPU_DEFAULTS: tuple[SpeedSetting, ...] = (
     SpeedSetting("zero pads folded into convs", {}, conv_padding.count, conv_padding.into_convs),
     # SiLU after a convolution in Inductor's loops, not oneDNN's dearer swish post-op.
     SpeedSetting("conv SiLU in Inductor's loops", {}, conv_silu.count, conv_silu.unfused, needs_freezing=True),
+    # GELU and SiLU after a linear in Inductor's loops, not oneDNN's post-ops, which
+    # are dear on AVX2 (on AVX-512 they measured as fast as the loops, or faster).
+    SpeedSetting("linear GELU and SiLU in Inductor's loops", {}, linear_activations.count, linear_activations.unfused,
+                 needs_freezing=True, for_cpu=without_avx512),
 )
 
 
 def default_settings(options: ExportOptions) -> list[SpeedSetting]:
     """The speed settings this export starts with: the CPU defaults for a .pt2 package
     with ``optimize`` on, less any whose configs the user set, and less those that
-    need freezing where it is off. An int8 export gets no graph rewrite: its convs
+    need freezing where it is off, and those that do not pay on the CPU the package
+    is compiled for. An int8 export gets no graph rewrite: its convs
     are quantized by Inductor's patterns, which a rewritten conv would no longer
     match."""
     if options.target != "pt2" or options.device != "cpu" or not options.optimize:
@@ -67,7 +82,9 @@ def default_settings(options: ExportOptions) -> list[SpeedSetting]:
     settings = [setting for setting in CPU_DEFAULTS
                 if not given & set(setting.configs) and not (options.quantize and setting.rewrite is not None)]
     frozen = options.inductor_configs.get("freezing", any(s.configs.get("freezing") for s in settings))
-    return [setting for setting in settings if frozen or not setting.needs_freezing]
+    flags = set(target_cpu_flags(options.cpu_target)) if any(s.for_cpu for s in settings) else set()
+    return [setting for setting in settings if (frozen or not setting.needs_freezing)
+            and (setting.for_cpu is None or setting.for_cpu(flags))]
 
 
 def applicable(settings: list[SpeedSetting], program: Program, tolerance: Tolerance) -> list[SpeedSetting]:
