@@ -1,6 +1,6 @@
 """``optimize="tune"``: compile the model under each candidate set of Inductor
-settings, check each against eager, time each verified one in the C++ runner on the
-example inputs, and keep the fastest. The package records every candidate's row
+settings, check each against eager, then time the verified ones in the C++ runner on the
+example inputs, in interleaved rounds, and keep the fastest. The package records every candidate's row
 (spec ``tuning``; ``inspect`` shows them) and compiles with the winner's settings.
 
 Bounded by ``tune_budget`` seconds: a candidate not started by then is recorded as
@@ -12,7 +12,7 @@ import statistics
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -27,8 +27,10 @@ from .speed import (
 )
 from .stages import ExportRun
 
-# Seconds of timed runs per candidate, once its speed is known from a first few.
+# Seconds of timed runs per candidate, once its speed is known from a first few,
+# split over rounds that take the candidates in turn.
 _TIMING_SECONDS = 2.0
+_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -74,13 +76,15 @@ def candidates(run: ExportRun, program: torch.export.ExportedProgram) -> list[Ca
 
 
 def tune(run: ExportRun, exported: ExportedGraph, key: str, result: BuildResult) -> None:
-    """Try every candidate within the budget; put the fastest verified package in
-    place. When none passes, ``result.written`` is False, as for any export whose
-    check failed (the last failure's checks are in ``result``)."""
+    """Compile and check every candidate within the budget, then time the verified
+    ones together; put the fastest in place. When none passes, ``result.written`` is
+    False, as for any export whose check failed (the last failure's checks are in
+    ``result``)."""
     tried = candidates(run, exported.program)
     deadline = time.monotonic() + run.options.tune_budget
     rows: list[dict[str, Any]] = []
-    best: tuple[float, Path, Candidate, StagedCheck] | None = None
+    verified: list[_Verified] = []
+    staged_paths: list[Path] = []
     last_failed: StagedCheck | None = None
     try:
         for i, candidate in enumerate(tried, 1):
@@ -93,72 +97,116 @@ def tune(run: ExportRun, exported: ExportedGraph, key: str, result: BuildResult)
             try:
                 staged = replace(exported, program=rewritten(list(candidate.settings), exported.program))
                 path = compile_staged(run, staged, candidate.configs, candidate.note, f"{prefix}: compile")
+                staged_paths.append(path)
             except CompileError as error:
                 row["result"] = f"the compile failed: {str(error).strip().splitlines()[0][:300]}"
                 continue
             except RewriteFailed as failed:
                 row["result"] = f"{failed.setting.name}: {failed}"
                 continue
-            keep = False
-            try:
-                with run.stage("verify", f"{prefix}: verify"):
-                    found = check_staged(run, path, result)
-                if not found.passed:
-                    last_failed = found
-                    worst = next(f"{label}: {c}" for label, c in found.checks if not c.passed)
-                    row["result"] = f"failed its check against eager: {worst}"
-                    continue
-                try:
-                    with run.stage("tune", f"{prefix}: time"):
-                        p50 = _time(run, path, found)
-                except AotiDeployError as error:
-                    row["result"] = f"verified, but could not be timed: {str(error).strip().splitlines()[0][:300]}"
-                    continue
-                row["p50_us"], row["result"] = round(p50, 1), "verified"
-                if best is None or p50 < best[0]:
-                    if best is not None:
-                        best[1].unlink(missing_ok=True)
-                    best, keep = (p50, path, candidate, found), True
-            finally:
-                if not keep:
-                    path.unlink(missing_ok=True)
+            with run.stage("verify", f"{prefix}: verify"):
+                found = check_staged(run, path, result)
+            if not found.passed:
+                last_failed = found
+                worst = next(f"{label}: {c}" for label, c in found.checks if not c.passed)
+                row["result"] = f"failed its check against eager: {worst}"
+                continue
+            verified.append(_Verified(prefix, candidate, row, path, found))
+        best = _fastest(run, verified)
         if best is None:
             if last_failed is not None:
                 save_staged_references(run, last_failed)
             result.written = False
             return
-        p50, path, chosen, found = best
-        for row in rows:
-            if row["name"] == chosen.name:
-                row["result"] = "verified; chosen, the fastest"
+        best.row["result"] = "verified; chosen, the fastest"
+        found = best.found
         found.spec.tuning = rows
-        found.spec.optimizations += f"; tuned: {chosen.name}, the fastest verified of {len(tried)} candidates"
+        found.spec.optimizations += f"; tuned: {best.candidate.name}, the fastest verified of {len(tried)} candidates"
         result.spec, result.checks = found.spec, found.checks
-        result.speed_settings = [chosen.name]
+        result.speed_settings = [best.candidate.name]
         save_staged_references(run, found)
-        put_in_place(run, path, key, result, found)
+        put_in_place(run, best.path, key, result, found)
     finally:
-        if best is not None:
-            best[1].unlink(missing_ok=True)
+        for path in staged_paths:
+            path.unlink(missing_ok=True)
 
 
-def _time(run: ExportRun, path: Path, found: StagedCheck) -> float:
-    """The candidate's p50 in µs on the example inputs: in the C++ runner (its own
-    timing, at the package's intra-op thread count), or in the Python runtime for a package only Python can run.
-    A few runs first, then about two seconds' worth."""
+@dataclass
+class _Verified:
+    """A candidate whose package passed its check, staged at ``path`` until chosen."""
+    prefix: str
+    candidate: Candidate
+    row: dict[str, Any]
+    path: Path
+    found: StagedCheck
+
+
+def _fastest(run: ExportRun, verified: list[_Verified]) -> _Verified | None:
+    """Time the verified candidates after every compile, in interleaved rounds (each
+    round in another order), and record each one's p50: the median of its rounds'.
+    Timed one after another, right after each compile, the first candidate ran
+    slower than the others in a measurement (docs/performance-real-models.md), and
+    a host's drift over minutes fell on whichever candidate was timed then."""
+    timers: list[tuple[_Verified, Callable[[int], float]]] = []
+    firsts: dict[int, float] = {}
+    for one in verified:
+        try:
+            with run.stage("tune", f"{one.prefix}: time its first runs"):
+                timer = _timer(run, one.path, one.found)
+                # They set how many iterations make about _TIMING_SECONDS for it.
+                firsts[id(one)] = timer(3)
+            timers.append((one, timer))
+        except AotiDeployError as error:
+            one.row["result"] = f"verified, but could not be timed: {str(error).strip().splitlines()[0][:300]}"
+    if not timers:
+        return None
+    rounds: dict[int, list[float]] = {id(one): [] for one, _ in timers}
+    failed: set[int] = set()
+    for r in range(_ROUNDS):
+        # Round r starts at another candidate, so none is always timed first.
+        order = timers[r % len(timers):] + timers[:r % len(timers)]
+        with run.stage("tune", f"tune: time the {len(timers)} verified candidates, round {r + 1}/{_ROUNDS}"):
+            for one, timer in order:
+                if id(one) in failed:
+                    continue
+                iterations = max(5, min(200, int(_TIMING_SECONDS / _ROUNDS * 1e6 / max(firsts[id(one)], 1.0))))
+                try:
+                    rounds[id(one)].append(timer(iterations))
+                except AotiDeployError as error:
+                    failed.add(id(one))
+                    one.row["result"] = f"verified, but could not be timed: {str(error).strip().splitlines()[0][:300]}"
+    best: _Verified | None = None
+    for one, _ in timers:
+        if id(one) in failed:
+            continue
+        one.row["p50_us"], one.row["result"] = round(statistics.median(rounds[id(one)]), 1), "verified"
+        if best is None or one.row["p50_us"] < best.row["p50_us"]:
+            best = one
+    return best
+
+
+def _timer(run: ExportRun, path: Path, found: StagedCheck) -> Callable[[int], float]:
+    """A function of an iteration count giving the candidate's p50 in µs over that
+    many runs of the example inputs (after a warm-up run): in the C++ runner (its own
+    timing, at the package's intra-op thread count), or in the Python runtime for a
+    package only Python can run (loaded once here)."""
     inputs = list(run.example.inputs)
     if found.spec.python_only_ops:
         package = load_package(path, found.spec)
-        for _ in range(3):
+        package.run(inputs)
+
+        def in_python(iterations: int) -> float:
             package.run(inputs)
-        times: list[float] = []
-        while len(times) < 5 or (sum(times) < _TIMING_SECONDS and len(times) < 200):
-            started = time.perf_counter()
-            package.run(inputs)
-            times.append(time.perf_counter() - started)
-        return statistics.median(times) * 1e6
+            times: list[float] = []
+            for _ in range(iterations):
+                started = time.perf_counter()
+                package.run(inputs)
+                times.append(time.perf_counter() - started)
+            return statistics.median(times) * 1e6
+        return in_python
     runner = CppRunner(path, [str(p) for p in run.libraries])
     threads = ("--intra-op-threads", str(run.options.intra_op_threads()))
-    first = float(runner.bench(inputs, 3, 1, *threads)["p50_us"])
-    iterations = max(5, min(200, int(_TIMING_SECONDS * 1e6 / max(first, 1.0))))
-    return float(runner.bench(inputs, iterations, 2, *threads)["p50_us"])
+
+    def in_cpp(iterations: int) -> float:
+        return float(runner.bench(inputs, iterations, 1, *threads)["p50_us"])
+    return in_cpp
