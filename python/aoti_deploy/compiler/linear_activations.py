@@ -15,7 +15,8 @@ table, of the output of a float32 linear whose weight is a weight (a constant th
 freezing packs), through the views of a linear on more than two dims:
 
 - GELU, ``(x * 0.5) * (1 + erf(x * 0.7071...))`` or its tanh form: the outer product's
-  two operands are swapped. A float multiplication is commutative to the bit, so the
+  two operands are swapped. A float multiplication is commutative to the bit (but
+  for which NaN's payload a compiled loop keeps when both operands are NaN), so the
   package computes what Inductor's loops always compute, but freezing's pattern,
   which wants ``x * 0.5`` first, no longer matches.
 - SiLU, ``x / (1 + exp(-x))``: ``-x`` becomes ``x * -1``, as conv_silu.py does for
