@@ -234,11 +234,13 @@ def export_compile(
     tune: Annotated[bool, typer.Option(
         "--tune",
         help="Compile the model under each candidate set of Inductor settings, check each against eager, "
-        "time each in the C++ runner on the example inputs, and keep the fastest verified package. The "
+        "then time the verified ones in the C++ runner on the example inputs (three interleaved rounds) "
+        "and keep the fastest. The "
         "package records every candidate's time (inspect shows them). CPU .pt2 packages only.",
     )] = False,
     tune_budget: Annotated[float, typer.Option(
-        min=1, help="Seconds --tune may spend; a candidate not started by then is not tried.",
+        min=1, help="Seconds --tune may spend compiling; a candidate not started by then is not tried. "
+        "The timing after the compiles takes about 2 s per verified candidate.",
     )] = 600.0,
     threads: Annotated[Optional[int], typer.Option(
         min=1, max=1024, show_default=False,

@@ -59,8 +59,9 @@ class ExportOptions:
             compile the candidate settings (compiler/tuner.py), verify each, time each in the
             C++ runner and keep the fastest verified package; False: the graph as
             exported, with Inductor's own defaults.
-        tune_budget: seconds the tuner may spend; a candidate not started by then is
-            not tried (the first always is).
+        tune_budget: seconds the tuner may spend compiling; a candidate not started
+            by then is not tried (the first always is). Timing the verified ones
+            after takes about 2 s each.
         threads: the intra-op thread count the package will run at (CPU .pt2 only):
             the compile, its checks and the tuner's timings run at it, and the
             package records it. With freezing, oneDNN lays convolution weights out
