@@ -147,42 +147,42 @@ def _fastest(run: ExportRun, verified: list[_Verified]) -> _Verified | None:
     Timed one after another, right after each compile, the first candidate ran
     slower than the others in a measurement (docs/performance-real-models.md), and
     a host's drift over minutes fell on whichever candidate was timed then."""
-    timers: list[tuple[_Verified, Callable[[int], float]]] = []
-    firsts: dict[int, float] = {}
+    # Each timed candidate: its timer, how many iterations make about _TIMING_SECONDS
+    # over the rounds (from its first runs), and its rounds' p50s.
+    timed: list[tuple[_Verified, Callable[[int], float], int, list[float]]] = []
     for one in verified:
         try:
             with run.stage("tune", f"{one.prefix}: time its first runs"):
                 timer = _timer(run, one.path, one.found)
-                # They set how many iterations make about _TIMING_SECONDS for it.
-                firsts[id(one)] = timer(3)
-            timers.append((one, timer))
+                first = timer(3)
         except AotiDeployError as error:
-            one.row["result"] = f"verified, but could not be timed: {str(error).strip().splitlines()[0][:300]}"
-    if not timers:
-        return None
-    rounds: dict[int, list[float]] = {id(one): [] for one, _ in timers}
-    failed: set[int] = set()
-    for r in range(_ROUNDS):
-        # Round r starts at another candidate, so none is always timed first.
-        order = timers[r % len(timers):] + timers[:r % len(timers)]
-        with run.stage("tune", f"tune: time the {len(timers)} verified candidates, round {r + 1}/{_ROUNDS}"):
-            for one, timer in order:
-                if id(one) in failed:
-                    continue
-                iterations = max(5, min(200, int(_TIMING_SECONDS / _ROUNDS * 1e6 / max(firsts[id(one)], 1.0))))
-                try:
-                    rounds[id(one)].append(timer(iterations))
-                except AotiDeployError as error:
-                    failed.add(id(one))
-                    one.row["result"] = f"verified, but could not be timed: {str(error).strip().splitlines()[0][:300]}"
-    best: _Verified | None = None
-    for one, _ in timers:
-        if id(one) in failed:
+            _untimed(one, error)
             continue
-        one.row["p50_us"], one.row["result"] = round(statistics.median(rounds[id(one)]), 1), "verified"
+        iterations = max(5, min(200, int(_TIMING_SECONDS / _ROUNDS * 1e6 / max(first, 1.0))))
+        timed.append((one, timer, iterations, []))
+    for r in range(_ROUNDS):
+        if not timed:
+            return None
+        # Round r starts at another candidate, so none is always timed first.
+        start = r % len(timed)
+        with run.stage("tune", f"tune: time the {len(timed)} verified candidates, round {r + 1}/{_ROUNDS}"):
+            for entry in timed[start:] + timed[:start]:
+                one, timer, iterations, p50s = entry
+                try:
+                    p50s.append(timer(iterations))
+                except AotiDeployError as error:
+                    _untimed(one, error)
+                    timed.remove(entry)
+    best: _Verified | None = None
+    for one, _, _, p50s in timed:
+        one.row["p50_us"], one.row["result"] = round(statistics.median(p50s), 1), "verified"
         if best is None or one.row["p50_us"] < best.row["p50_us"]:
             best = one
     return best
+
+
+def _untimed(one: _Verified, error: AotiDeployError) -> None:
+    one.row["result"] = f"verified, but could not be timed: {str(error).strip().splitlines()[0][:300]}"
 
 
 def _timer(run: ExportRun, path: Path, found: StagedCheck) -> Callable[[int], float]:
