@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from aoti_deploy.cli.export_compile import app as export_compile_app
 from aoti_deploy.ops import load_op_library
 from aoti_deploy.runtime.tensor_files import save_tensors
+from preforked import Preforked
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -335,7 +336,8 @@ def run_cmd(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]
 
 
 def run_cli(name: str, *args: object, cwd: Path, build: Build, **env: str | None) -> subprocess.CompletedProcess[str]:
-    """A toolkit CLI (its console script in this venv) as a subprocess from ``cwd``,
+    """A toolkit CLI (its console script in this venv) as a process from ``cwd`` (forked
+    from one that has imported torch: tests/preforked.py),
     with the session's build as $AOTI_DEPLOY_BUILD_DIR, as ./scripts/test.sh sets
     it, and nothing else pointing at the build. ``env`` adds variables; None removes one."""
     environment = {**os.environ, "AOTI_DEPLOY_BUILD_DIR": str(build.dir)}
@@ -345,7 +347,15 @@ def run_cli(name: str, *args: object, cwd: Path, build: Build, **env: str | None
             environment.pop(key, None)
         else:
             environment[key] = value
-    return run_cmd(Path(sys.executable).parent / name, *args, cwd=cwd, env=environment)
+    return PREFORKED.run(name, [str(a) for a in args], cwd=cwd, env=environment, timeout=300)
+
+
+# The console scripts' processes fork from one that has imported torch (tests/preforked.py).
+PREFORKED = Preforked(Path(sys.executable).parent)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    PREFORKED.stop()
 
 
 def run_python_runtime(package: Path, op_lib: Path, inputs: Path | None, outputs: Path) -> tuple[int, str]:
