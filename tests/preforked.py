@@ -16,6 +16,7 @@ This file is also the server's program: ``python -P preforked.py``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -34,6 +35,11 @@ def _free(key: str) -> bool:
     return key.startswith(_FREE)
 
 
+def _plain(command: list[str], cwd: Path | str | None, env: dict[str, str], timeout: float
+           ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
+
+
 class Preforked:
     """The server of one pytest worker; ``run`` is subprocess.run for a console script."""
 
@@ -44,37 +50,48 @@ class Preforked:
         self._env: dict[str, str] = {}
         self._pending = b""  # what the server wrote past the last line read
 
-    def _server(self, env: dict[str, str]) -> subprocess.Popen[bytes] | None:
+    def _server(self) -> subprocess.Popen[bytes] | None:
         if self._process is not None and self._process.poll() is None:
             return self._process
-        self._env = {k: v for k, v in env.items() if not _free(k)}
+        # This worker's environment, not a command's: one that sets a variable of its
+        # own then runs as a plain subprocess, and the next is forked again.
+        self._env = {k: v for k, v in os.environ.items() if not _free(k)}
         self._pending = b""
+        # A session of its own: stop() kills the server and any child it forked.
         self._process = subprocess.Popen(
             [sys.executable, "-P", __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
-            env=self._env, cwd="/",
+            env=self._env, cwd="/", start_new_session=True,
         )
-        if self._line(120) != "ready":
+        try:
+            started = self._line(120) == "ready"
+        except EOFError:
+            started = False
+        if not started:
             self.stop()
             return None
         return self._process
 
     def _line(self, timeout: float) -> str | None:
-        """The server's next line, or None if none came within ``timeout`` seconds or it ended."""
+        """The server's next line, or None if none came within ``timeout`` seconds;
+        EOFError if the server has ended."""
         assert self._process is not None and self._process.stdout is not None
         fd = self._process.stdout.fileno()
         while b"\n" not in self._pending:
             ready, _, _ = select.select([fd], [], [], timeout)
-            chunk = os.read(fd, 4096) if ready else b""
-            if not chunk:
+            if not ready:
                 return None
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                raise EOFError("the preforked server ended")
             self._pending += chunk
         line, self._pending = self._pending.split(b"\n", 1)
         return line.decode().strip()
 
     def stop(self) -> None:
-        """Stop the server by its PID and reap it."""
-        if self._process is not None and self._process.poll() is None:
-            os.kill(self._process.pid, signal.SIGKILL)
+        """Stop the server and every child it forked (its process group) by PID, and reap it."""
+        if self._process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._process.pid, signal.SIGKILL)
             self._process.wait()
         self._process = None
 
@@ -82,12 +99,12 @@ class Preforked:
             timeout: float) -> subprocess.CompletedProcess[str]:
         command = [str(self.bin_dir / name), *args]
         if not self._lock.acquire(blocking=False):
-            return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
+            return _plain(command, cwd, env, timeout)
         try:
-            server = self._server(env)
+            server = self._server()
             same = server is not None and {k: v for k, v in env.items() if not _free(k)} == self._env
             if not same:
-                return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
+                return _plain(command, cwd, env, timeout)
             return self._forked(server, name, command, cwd, env, timeout)
         finally:
             self._lock.release()
@@ -97,18 +114,28 @@ class Preforked:
         assert server.stdin is not None and server.stdout is not None
         with tempfile.TemporaryDirectory(prefix="preforked_") as folder:
             out, err = Path(folder) / "stdout", Path(folder) / "stderr"
-            request = {"script": name, "argv": command, "cwd": str(cwd or os.getcwd()), "env": env,
+            request = {"script": name, "argv": command, "cwd": os.path.abspath(cwd or os.getcwd()), "env": env,
                        "stdout": str(out), "stderr": str(err), "bin": str(self.bin_dir)}
-            server.stdin.write((json.dumps(request) + "\n").encode())
-            pid = self._line(60)
-            if pid is None:
+            try:
+                server.stdin.write((json.dumps(request) + "\n").encode())
+                pid = self._line(60)
+            except (BrokenPipeError, EOFError):
+                pid = None
+            if pid is None:  # no child was started (or it is stopped with the server): a plain subprocess
                 self.stop()
-                raise RuntimeError("the preforked server did not start the command: " + " ".join(command))
-            code = self._line(timeout)
+                return _plain(command, cwd, env, timeout)
+            try:
+                code = self._line(timeout)
+            except EOFError:
+                self.stop()
+                raise RuntimeError(f"the preforked server ended while running {' '.join(command)}") from None
+            except BaseException:  # interrupted: the child goes too, as subprocess.run's does
+                self.stop()
+                raise
             if code is None:
-                os.kill(int(pid), signal.SIGKILL)
-                self._line(60)
-                raise subprocess.TimeoutExpired(command, timeout, out.read_text(), err.read_text())
+                self.stop()
+                raise subprocess.TimeoutExpired(command, timeout, out.read_text(errors="replace"),
+                                                err.read_text(errors="replace"))
             return subprocess.CompletedProcess(command, int(code), out.read_text(errors="replace"),
                                                err.read_text(errors="replace"))
 
@@ -120,17 +147,21 @@ def _child(request: dict) -> int:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    # The interpreter's own streams (its buffering, encoding and error handlers, as a
+    # fresh process has them), on new files: flushed first, then the descriptors swapped.
+    sys.__stdout__.flush()
+    sys.__stderr__.flush()
     for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], os.O_WRONLY | os.O_CREAT),
                             (2, request["stderr"], os.O_WRONLY | os.O_CREAT)):
         opened = os.open(path, flags, 0o600)
         os.dup2(opened, fd)
         os.close(opened)
-    sys.stdin = open(0, closefd=False)  # noqa: SIM115
-    sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+    sys.stdin = open(0, encoding=sys.__stdin__.encoding, errors=sys.__stdin__.errors, closefd=False)  # noqa: SIM115
+    sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
     sys.argv = request["argv"]
     sys.path.insert(0, request["bin"])  # a console script's folder is first on its path
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    if "numpy.random" in sys.modules:  # torch imports it: each child draws its own seed, as a fresh one would
+        sys.modules["numpy.random"].seed()
     (entry,) = entry_points(group="console_scripts", name=request["script"])
     try:
         result = entry.load()()
