@@ -60,6 +60,11 @@ else
   step "reusing $VENV ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'), extras $have_extras)"
 fi
 
+# The checkout's Python is installed editable, so pip compiled none of it: compile its
+# bytecode once here. Every process that imports the toolkit (each CLI run) then saves
+# about 0.5 s, also where PYTHONDONTWRITEBYTECODE keeps Python from caching it itself.
+"$VENV/bin/python" -m compileall -q "$ROOT/python" "$ROOT/examples" > /dev/null
+
 # The venv's cmake (4.x) can set C++20 for nvcc; its ninja keeps the build reproducible.
 export PATH="$VENV/bin:$PATH"
 # Configure on the first run, and again whenever CMAKE_ARGS asks for options, so a
