@@ -27,8 +27,9 @@ import tempfile
 import threading
 from pathlib import Path
 
-# Variables a command may set or change that nothing reads at `import torch`.
-_FREE = ("AOTI_DEPLOY_", "MARKER_PATH", "COLUMNS", "PYTEST_CURRENT_TEST")
+# Variables a command may set or change that nothing reads at `import torch`
+# (TMPDIR: Python's tempfile reads it at first use, which the child resets).
+_FREE = ("AOTI_DEPLOY_", "MARKER_PATH", "COLUMNS", "PYTEST_CURRENT_TEST", "TMPDIR")
 
 
 def _free(key: str) -> bool:
@@ -147,6 +148,7 @@ def _child(request: dict) -> int:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    tempfile.tempdir = None  # chosen again from this command's TMPDIR
     # The interpreter's own streams (its buffering, encoding and error handlers, as a
     # fresh process has them), on new files: flushed first, then the descriptors swapped.
     sys.__stdout__.flush()
