@@ -50,6 +50,7 @@ class Preforked:
         self._process: subprocess.Popen[bytes] | None = None
         self._env: dict[str, str] = {}
         self._pending = b""  # what the server wrote past the last line read
+        self.forked = 0  # commands run in a forked child
 
     def _server(self) -> subprocess.Popen[bytes] | None:
         if self._process is not None and self._process.poll() is None:
@@ -137,6 +138,7 @@ class Preforked:
                 self.stop()
                 raise subprocess.TimeoutExpired(command, timeout, out.read_text(errors="replace"),
                                                 err.read_text(errors="replace"))
+            self.forked += 1
             return subprocess.CompletedProcess(command, int(code), out.read_text(errors="replace"),
                                                err.read_text(errors="replace"))
 
