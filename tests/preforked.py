@@ -197,8 +197,4 @@ def _serve() -> int | None:
 
 
 if __name__ == "__main__":
-    code = _serve()
-    if code is not None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    sys.exit(code or 0)
+    sys.exit(_serve() or 0)  # in a child: the command's exit, with its atexit handlers and flushes
