@@ -239,6 +239,47 @@ def test_checks_called_from_the_wrapper_refuse_with_the_message(tmp_path: Path) 
         compiled(torch.tensor([[1, 5]]), torch.tensor([[0, -3]]), table)
 
 
+class _PooledRows(torch.nn.Module):
+    """Embedding, LayerNorm, Linear, then one row per example: Inductor merges the
+    row index's check into the parallel region of the loops around it (as in a BERT)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding, self.norm, self.linear = torch.nn.Embedding(100, 32), torch.nn.LayerNorm(32), torch.nn.Linear(32, 32)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = torch.arange(ids.shape[0])
+        return self.linear(self.norm(self.embedding(ids)))[rows, 0] * 2
+
+
+def test_a_check_merged_into_a_parallel_region_costs_one_cpp_compile(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The export reads the code Inductor generated before its C++ compile: where a
+    check's throw sits in a parallel region, that compile stops there, and only the
+    compile with the checks outside kernels runs the C++ compiler. The package has no
+    throw in a parallel region, and a bad id is refused with the range it breaks."""
+    import aoti_deploy as ad
+    from aoti_deploy.compiler.index_guards import guards_in_parallel_regions
+    from torch._inductor.codecache import AotCodeCompiler
+
+    cpp_compiles = []
+    real = AotCodeCompiler.__dict__["compile"]
+
+    def counted(cls: type, *args: object, **kwargs: object) -> object:
+        cpp_compiles.append(kwargs.get("device_type"))
+        return real.__func__(cls, *args, **kwargs)
+
+    monkeypatch.setattr(AotCodeCompiler, "compile", classmethod(counted))
+    torch.manual_seed(0)
+    ids = torch.randint(0, 100, (2, 16))
+    package = ad.export(_PooledRows().eval(), (ids,), package_path=tmp_path / "rows.pt2")
+    assert package.report.passed, package.report
+    assert cpp_compiles == ["cpu"]
+    assert not guards_in_parallel_regions(package.path)
+    with pytest.raises(Exception, match=r"value 100 at \[0, 1\] is outside \[0, 99\]"):
+        package(torch.tensor([[1, 100] + [0] * 14, [0] * 16]))
+
+
 def test_max_pooling_decomposes_in_a_fresh_process() -> None:
     """The guards decompose the graph as Inductor will, before anything has imported
     Inductor's lowerings; max_pool2d's decomposition needs them (a ResNet failed to

@@ -6,9 +6,9 @@ indices: a reduction to one bool, then ``_assert_async`` with the toolkit's mess
 The op itself reads ``where(valid, index, 0)``, so its own kernel never meets a bad
 index, whichever order the compiled kernels run in; valid indices pass unchanged, so
 the bits are eager's. Inductor compiles the assert to a throw in serial code; the
-compile stage reads the kernels back (``guards_in_parallel_regions``) and, where
-Inductor merged one into a parallel region, compiles again with every assert a call
-from the wrapper (``asserts_outside_kernels``).
+compile stage reads the generated code before its C++ compile, and the kernels after it
+(``guards_in_parallel_regions``), and where Inductor merged one into a parallel region,
+compiles again with every assert a call from the wrapper (``asserts_outside_kernels``).
 """
 
 from __future__ import annotations
@@ -455,17 +455,78 @@ def guards_in_parallel_regions(package_path: str | Path) -> list[str]:
     return found
 
 
+class _ThrowInParallelRegion(Exception):
+    """Raised from inside Inductor's compile, before its C++ compile, when the code it
+    generated throws a check's error inside a parallel region."""
+
+
+def _throws_in_parallel_regions(source: str) -> bool:
+    lines = source.splitlines()
+    return any(GUARD_PREFIX in lines[n] and "throw" in lines[n] for n in _lines_in_parallel_regions(lines))
+
+
+@contextlib.contextmanager
+def _stop_before_the_cpp_compile_on_a_parallel_throw() -> Iterator[None]:
+    """Read the C++ Inductor generated before AOTInductor's C++ compiler runs on it
+    (``AotCodeCompiler.compile``, given the wrapper's and the kernels' code), and end
+    the compile there with ``_ThrowInParallelRegion`` when a check throws inside a
+    parallel region: the compile again with the checks outside kernels then follows
+    without a C++ compile in between (a transformer's first C++ compile is ~half its
+    export). The package's own code is still read after the compile; where Inductor has
+    no such hook, nothing is stopped early."""
+    try:
+        from torch._inductor.codecache import AotCodeCompiler
+    except ImportError:
+        yield
+        return
+    original = AotCodeCompiler.__dict__.get("compile")
+    if not isinstance(original, classmethod):
+        yield
+        return
+
+    def compile_unless_a_throw_is_parallel(cls: type, *args: object, **kwargs: object) -> object:
+        if any(isinstance(code, str) and _throws_in_parallel_regions(code) for code in (*args, *kwargs.values())):
+            raise _ThrowInParallelRegion
+        return original.__func__(cls, *args, **kwargs)
+
+    AotCodeCompiler.compile = classmethod(compile_unless_a_throw_is_parallel)  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        AotCodeCompiler.compile = original  # type: ignore[method-assign]
+
+
+def _stopped_for_a_parallel_throw(error: BaseException) -> bool:
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, _ThrowInParallelRegion):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 def compile_with_checks_outside_parallel(compile: Callable[[], Path], messages: list[str]) -> Path:
     """Run ``compile`` (which writes a package and returns its path); where Inductor
     merged a check's throw into a parallel region, run it again with every check a call
-    from the wrapper (a proxy call each, about 2 us).
+    from the wrapper (a proxy call each, about 2 us). The first compile stops at the
+    generated code when that shows such a throw, before its C++ compile.
 
     Raises:
         CompileError: a check's throw still inside a parallel region.
     """
-    path = compile()
-    if not messages or not guards_in_parallel_regions(path):
-        return path
+    if not messages:
+        return compile()
+    try:
+        with _stop_before_the_cpp_compile_on_a_parallel_throw():
+            path = compile()
+    except CompileError as error:
+        if not _stopped_for_a_parallel_throw(error):
+            raise
+    else:
+        if not guards_in_parallel_regions(path):
+            return path
     with asserts_outside_kernels():
         path = compile()
     check_guards_outside_parallel(path, messages)
