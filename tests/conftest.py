@@ -247,6 +247,23 @@ def _export_model_package(out: Path, args: list[str]) -> UserPackage:
 
 
 @pytest.fixture(scope="session")
+def scale_shift(tmp_path_factory: pytest.TempPathFactory) -> UserPackage:
+    """Two inputs, two outputs, batch dynamic in 1..64, native ops only: no op library."""
+    return once_per_run(tmp_path_factory, "scale_shift", lambda out: _export_model_package(out, [
+        "--model", "examples.user_models:scale_shift_model", "--input-shape", "4,16", "--input-shape", "16",
+        "--dynamic-dim", "0.0=1:64"]))
+
+
+@pytest.fixture(scope="session")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> UserPackage:
+    """Two inputs sharing one dynamic batch, a dict output holding a list
+    (examples/user_models.py's pair_model)."""
+    return once_per_run(tmp_path_factory, "pair", lambda out: _export_model_package(out, [
+        "--model", "examples.user_models:pair_model", "--input-shape", "3,5", "--input-shape", "3,5",
+        "--dynamic-dim", "0.0,1.0=1:32"]))
+
+
+@pytest.fixture(scope="session")
 def two_library(tmp_path_factory: pytest.TempPathFactory, build: Build, op_library: Path) -> UserPackage:
     """Custom ops from two libraries; the factory returns its own example input."""
     def make(out: Path) -> UserPackage:

@@ -48,10 +48,9 @@ def demo_package(tmp_path_factory: pytest.TempPathFactory, op_library: Path) -> 
 
 
 @pytest.fixture(scope="module")
-def nested_package(tmp_path_factory: pytest.TempPathFactory, op_library: Path) -> Path:
-    """Two inputs, a dict output holding a list (examples/user_models.py's pair_model)."""
-    return _export_to(tmp_path_factory.mktemp("nested"), "--model", "examples.user_models:pair_model",
-                   "--input-shape", "3,5", "--input-shape", "3,5", "--dynamic-dim", "0.0,1.0=1:32")
+def nested_package(pair) -> Path:
+    """Two inputs, a dict output holding a list: conftest's pair package."""
+    return pair.path
 
 
 @pytest.fixture

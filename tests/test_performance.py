@@ -17,7 +17,6 @@ from typer.testing import CliRunner
 
 from conftest import PACKAGE_SHAPE, run_cli, run_cmd
 # The bring-your-own-model package with two inputs and two outputs (not an identity).
-from test_user_models import scale_shift  # noqa: F401
 import aoti_deploy
 import aoti_deploy.bench.benchmark as benchmark_stage
 import aoti_deploy.bench.benchmark_report as benchmark_report

@@ -30,14 +30,6 @@ RUN_INFERENCE = Path(sys.executable).parent / "run_inference"
 
 
 @pytest.fixture(scope="session")
-def scale_shift(tmp_path_factory: pytest.TempPathFactory, op_library: Path) -> UserPackage:
-    """Two inputs, two outputs, batch dynamic in 1..64, native ops only: no op library."""
-    return _export_model_package(tmp_path_factory.mktemp("scale_shift"), [
-        "--model", "examples.user_models:scale_shift_model", "--input-shape", "4,16", "--input-shape", "16",
-        "--dynamic-dim", "0.0=1:64"])
-
-
-@pytest.fixture(scope="session")
 def python_only(tmp_path_factory: pytest.TempPathFactory) -> UserPackage:
     """A model with a torch.library.custom_op, exported with --allow-python-ops."""
     out = tmp_path_factory.mktemp("python_only")
@@ -426,14 +418,6 @@ def test_ulp_reports_agree_between_runtimes_in_every_dtype(parity_matrix, build,
     assert py_code == cpp_code == 1
     assert _verify_lines(py_out) == _verify_lines(cpp_out)
     assert f"max ULP distance {int(report.max_ulp)}" in cpp_out, cpp_out
-
-
-@pytest.fixture(scope="session")
-def pair(tmp_path_factory: pytest.TempPathFactory, op_library: Path) -> UserPackage:
-    """Two inputs sharing one dynamic batch, a dict output holding a list."""
-    return _export_model_package(tmp_path_factory.mktemp("pair"), [
-        "--model", "examples.user_models:pair_model", "--input-shape", "3,5", "--input-shape", "3,5",
-        "--dynamic-dim", "0.0,1.0=1:32"])
 
 
 def test_shared_dynamic_dim_and_nested_outputs_in_both_runtimes(pair, build, tmp_path):
