@@ -7,6 +7,7 @@ too."""
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import subprocess
 import sys
@@ -275,9 +276,61 @@ def test_a_check_merged_into_a_parallel_region_costs_one_cpp_compile(tmp_path: P
     package = ad.export(_PooledRows().eval(), (ids,), package_path=tmp_path / "rows.pt2")
     assert package.report.passed, package.report
     assert cpp_compiles == ["cpu"]
-    assert not guards_in_parallel_regions(package.path)
+    # The one C++ compile is the second way's: no check is a throw in a kernel.
+    with zipfile.ZipFile(package.path) as archive:
+        kernels = "\n".join(archive.read(n).decode() for n in archive.namelist() if n.endswith(".cpp"))
+    assert GUARD_PREFIX not in kernels and not guards_in_parallel_regions(package.path)
     with pytest.raises(Exception, match=r"value 100 at \[0, 1\] is outside \[0, 99\]"):
         package(torch.tensor([[1, 100] + [0] * 14, [0] * 16]))
+
+
+def test_threads_first_compiles_stop_only_their_own_and_restore_inductor() -> None:
+    """Exports in threads, their first compiles overlapping: a compile of a thread that
+    asked for no stop is not stopped while another's stop is in place; of two that
+    asked, the one that enters first leaves first and the other's compile still stops;
+    after both, Inductor's compile is its own again."""
+    import threading
+
+    from aoti_deploy.compiler.index_guards import _stop_before_the_cpp_compile_on_a_parallel_throw
+    from torch._inductor.codecache import AotCodeCompiler
+
+    original = AotCodeCompiler.__dict__["compile"]
+    parallel = f"#pragma omp parallel\n{{\n    throw std::runtime_error(\"{GUARD_PREFIX}: x\");\n}}\n"
+    stopped: dict[str, bool] = {}
+    steps = {name: threading.Event() for name in ("a in", "b in", "c done", "a out")}
+
+    def compile_once(name: str) -> None:
+        try:
+            AotCodeCompiler.compile(None, parallel, "", None, device_type="cpu", additional_files=[])
+        except Exception as error:  # noqa: BLE001 - which one is the point
+            stopped[name] = type(error).__name__ == "_ThrowInParallelRegion"
+
+    def a() -> None:
+        with _stop_before_the_cpp_compile_on_a_parallel_throw():
+            steps["a in"].set()
+            assert steps["b in"].wait(30) and steps["c done"].wait(30)
+            compile_once("a")
+        steps["a out"].set()
+
+    def b() -> None:
+        assert steps["a in"].wait(30)
+        with _stop_before_the_cpp_compile_on_a_parallel_throw():
+            steps["b in"].set()
+            assert steps["a out"].wait(30)
+            compile_once("b")
+
+    def c() -> None:  # no stop asked: Inductor's own compile runs, and fails on the bare strings
+        assert steps["b in"].wait(30)
+        compile_once("c")
+        steps["c done"].set()
+
+    threads = [threading.Thread(target=f) for f in (a, b, c)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert stopped == {"a": True, "b": True, "c": False}
+    assert AotCodeCompiler.__dict__["compile"] is original
 
 
 def test_max_pooling_decomposes_in_a_fresh_process() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import operator
 import re
+import threading
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -455,9 +456,15 @@ def guards_in_parallel_regions(package_path: str | Path) -> list[str]:
     return found
 
 
+_STOPPED = "the generated code throws an index check's error inside an OpenMP parallel region"
+
+
 class _ThrowInParallelRegion(Exception):
     """Raised from inside Inductor's compile, before its C++ compile, when the code it
     generated throws a check's error inside a parallel region."""
+
+    def __init__(self) -> None:
+        super().__init__(_STOPPED)
 
 
 def _throws_in_parallel_regions(source: str) -> bool:
@@ -465,42 +472,73 @@ def _throws_in_parallel_regions(source: str) -> bool:
     return any(GUARD_PREFIX in lines[n] and "throw" in lines[n] for n in _lines_in_parallel_regions(lines))
 
 
+# AotCodeCompiler.compile is replaced while any thread's first compile runs (a count,
+# under the lock), and the replacement stops only the compiles of the threads that
+# asked (a thread's flag): exports in two threads neither stop each other's compiles
+# nor leave the replacement in place.
+_HOOK_LOCK = threading.Lock()
+_HOOK_USERS = 0
+_HOOK_ORIGINAL: classmethod | None = None  # type: ignore[type-arg]
+_THIS_THREAD = threading.local()
+
+
+def _compile_unless_a_throw_is_parallel(cls: type, *args: object, **kwargs: object) -> object:
+    if getattr(_THIS_THREAD, "stopping", False) and any(
+            isinstance(code, str) and _throws_in_parallel_regions(code) for code in (*args, *kwargs.values())):
+        raise _ThrowInParallelRegion
+    assert _HOOK_ORIGINAL is not None
+    return _HOOK_ORIGINAL.__func__(cls, *args, **kwargs)
+
+
 @contextlib.contextmanager
 def _stop_before_the_cpp_compile_on_a_parallel_throw() -> Iterator[None]:
     """Read the C++ Inductor generated before AOTInductor's C++ compiler runs on it
     (``AotCodeCompiler.compile``, given the wrapper's and the kernels' code), and end
-    the compile there with ``_ThrowInParallelRegion`` when a check throws inside a
-    parallel region: the compile again with the checks outside kernels then follows
-    without a C++ compile in between (a transformer's first C++ compile is ~half its
-    export). The package's own code is still read after the compile; where Inductor has
-    no such hook, nothing is stopped early."""
+    this thread's compile there with ``_ThrowInParallelRegion`` when a check throws
+    inside a parallel region: the compile again with the checks outside kernels then
+    follows without a C++ compile in between (a transformer's first C++ compile is
+    ~half its export). The package's own code is still read after the compile; where
+    Inductor has no such hook, nothing is stopped early."""
+    global _HOOK_USERS, _HOOK_ORIGINAL
     try:
         from torch._inductor.codecache import AotCodeCompiler
     except ImportError:
         yield
         return
-    original = AotCodeCompiler.__dict__.get("compile")
-    if not isinstance(original, classmethod):
+    with _HOOK_LOCK:
+        if _HOOK_USERS == 0:
+            original = AotCodeCompiler.__dict__.get("compile")
+            if not isinstance(original, classmethod):
+                hooked = False
+            else:
+                _HOOK_ORIGINAL = original
+                AotCodeCompiler.compile = classmethod(_compile_unless_a_throw_is_parallel)  # type: ignore[method-assign,assignment]
+                hooked = True
+        else:
+            hooked = True
+        if hooked:
+            _HOOK_USERS += 1
+    if not hooked:
         yield
         return
-
-    def compile_unless_a_throw_is_parallel(cls: type, *args: object, **kwargs: object) -> object:
-        if any(isinstance(code, str) and _throws_in_parallel_regions(code) for code in (*args, *kwargs.values())):
-            raise _ThrowInParallelRegion
-        return original.__func__(cls, *args, **kwargs)
-
-    AotCodeCompiler.compile = classmethod(compile_unless_a_throw_is_parallel)  # type: ignore[method-assign,assignment]
+    _THIS_THREAD.stopping = True
     try:
         yield
     finally:
-        AotCodeCompiler.compile = original  # type: ignore[method-assign]
+        _THIS_THREAD.stopping = False
+        with _HOOK_LOCK:
+            _HOOK_USERS -= 1
+            if _HOOK_USERS == 0:
+                # _HOOK_ORIGINAL stays: a compile of another thread may be inside the
+                # replacement still, and calls through it.
+                AotCodeCompiler.compile = _HOOK_ORIGINAL  # type: ignore[method-assign,assignment]
 
 
 def _stopped_for_a_parallel_throw(error: BaseException) -> bool:
     seen: set[int] = set()
     cause: BaseException | None = error
     while cause is not None and id(cause) not in seen:
-        if isinstance(cause, _ThrowInParallelRegion):
+        if isinstance(cause, _ThrowInParallelRegion) or _STOPPED in str(cause):
             return True
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
