@@ -506,18 +506,12 @@ def _stop_before_the_cpp_compile_on_a_parallel_throw() -> Iterator[None]:
         yield
         return
     with _HOOK_LOCK:
-        if _HOOK_USERS == 0:
-            original = AotCodeCompiler.__dict__.get("compile")
-            if not isinstance(original, classmethod):
-                hooked = False
-            else:
-                _HOOK_ORIGINAL = original
-                AotCodeCompiler.compile = classmethod(_compile_unless_a_throw_is_parallel)  # type: ignore[method-assign,assignment]
-                hooked = True
-        else:
-            hooked = True
-        if hooked:
+        if _HOOK_USERS:
             _HOOK_USERS += 1
+        elif isinstance(original := AotCodeCompiler.__dict__.get("compile"), classmethod):
+            _HOOK_ORIGINAL, _HOOK_USERS = original, 1
+            AotCodeCompiler.compile = classmethod(_compile_unless_a_throw_is_parallel)  # type: ignore[method-assign,assignment]
+        hooked = _HOOK_USERS > 0
     if not hooked:
         yield
         return
