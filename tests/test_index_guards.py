@@ -30,6 +30,12 @@ from examples.index_models import (  # noqa: E402
     ComputedIndexModel, LateIndexModel, computed_index_inputs, late_index_inputs,
 )
 
+def _cpp_sources(package: Path | str) -> str:
+    """Every generated C++ file of a package, joined."""
+    with zipfile.ZipFile(package) as archive:
+        return "\n".join(archive.read(n).decode() for n in archive.namelist() if n.endswith(".cpp"))
+
+
 # input, position, bad value, what the one line says (which op, its range, the source).
 BAD_VALUES = {
     "embedding of ids * 3 + 7, one past": (0, (1, 3), 331, "embedding in 'embedding' takes indices in 0..999 (its "
@@ -108,8 +114,7 @@ def test_the_package_records_its_checks(computed_index_package: UserPackage) -> 
 def test_every_check_throws_outside_a_parallel_region(computed_index_package: UserPackage) -> None:
     """The compile refuses a package otherwise; this reads the kernels again, and finds
     every op's check in them."""
-    with zipfile.ZipFile(computed_index_package.path) as archive:
-        kernels = "\n".join(archive.read(n).decode() for n in archive.namelist() if n.endswith(".cpp"))
+    kernels = _cpp_sources(computed_index_package.path)
     throws = [line for line in kernels.splitlines() if GUARD_PREFIX in line and "throw" in line]
     ops = ["embedding in 'embedding'", "take", "scatter", "scatter_add", "index_put", "index_select", "index",
            "gather"]
@@ -230,8 +235,7 @@ def test_checks_called_from_the_wrapper_refuse_with_the_message(tmp_path: Path) 
     program, report = guard_indices(torch.export.export(model, (ids, offset, table)))
     with asserts_outside_kernels():
         path = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "wrapper.pt2"))
-    with zipfile.ZipFile(path) as archive:
-        kernels = "\n".join(archive.read(n).decode() for n in archive.namelist() if n.endswith(".cpp"))
+    kernels = _cpp_sources(path)
     assert GUARD_PREFIX not in kernels and not guards_in_parallel_regions(path)
     compiled = torch._inductor.aoti_load_package(path)
     with torch.no_grad():  # compiled against eager: torch.testing's tolerance (sums reorder)
@@ -277,8 +281,7 @@ def test_a_check_merged_into_a_parallel_region_costs_one_cpp_compile(tmp_path: P
     assert package.report.passed, package.report
     assert cpp_compiles == ["cpu"]
     # The one C++ compile is the second way's: no check is a throw in a kernel.
-    with zipfile.ZipFile(package.path) as archive:
-        kernels = "\n".join(archive.read(n).decode() for n in archive.namelist() if n.endswith(".cpp"))
+    kernels = _cpp_sources(package.path)
     assert GUARD_PREFIX not in kernels and not guards_in_parallel_regions(package.path)
     with pytest.raises(Exception, match=r"value 100 at \[0, 1\] is outside \[0, 99\]"):
         package(torch.tensor([[1, 100] + [0] * 14, [0] * 16]))
