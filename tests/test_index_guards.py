@@ -30,6 +30,7 @@ from examples.index_models import (  # noqa: E402
     ComputedIndexModel, LateIndexModel, computed_index_inputs, late_index_inputs,
 )
 
+
 def _cpp_sources(package: Path | str) -> str:
     """Every generated C++ file of a package, joined."""
     with zipfile.ZipFile(package) as archive:

@@ -16,7 +16,6 @@ import torch
 from typer.testing import CliRunner
 
 from conftest import PACKAGE_SHAPE, run_cli, run_cmd
-# The bring-your-own-model package with two inputs and two outputs (not an identity).
 import aoti_deploy
 import aoti_deploy.bench.benchmark as benchmark_stage
 import aoti_deploy.bench.benchmark_report as benchmark_report
