@@ -408,6 +408,24 @@ def test_tune_candidates_name_and_record_the_rewrite() -> None:
         "toolkit defaults (none apply)", "C++ GEMM template", "NCHW layout"]
 
 
+def test_a_frozen_model_with_linears_is_also_tuned_with_its_linears_on_mkl() -> None:
+    """A linear gets one more candidate: frozen, without weight packing, so its linears
+    run MKL's sgemm rather than oneDNN's packed inner product. Not without freezing
+    (nothing is packed then), and once where the user already said no to packing."""
+    torch.manual_seed(0)
+    model, x = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).eval(), \
+        torch.randn(3, 16)
+    run = SimpleNamespace(options=ExportOptions(optimize="tune"), tolerance=Tolerance(CLOSE))
+    listed = tuner.candidates(run, decomposed(model, x))
+    assert listed[-1].name == "freezing, linears on MKL (no weight packing)"
+    assert listed[-1].configs == {**listed[0].configs, "cpp.weight_prepack": False} and len(listed) == 5
+    assert "linears on MKL" not in " ".join(tune_names(model, x, inductor_configs={"freezing": False}))
+    names = tune_names(model, x, inductor_configs={"cpp.weight_prepack": False})
+    assert len(names) == 4 and "linears on MKL" not in " ".join(names)
+    # A model without a linear has the four.
+    assert len(tune_names(torch.nn.ReLU(), x)) == 4
+
+
 def test_a_dynamic_shape_is_said_to_cost_a_frozen_package_its_packed_convolutions() -> None:
     """Freezing packs convolution weights for one shape; dynamic in batch, oneDNN
     reorders them on every call (ResNet-50 1.22x slower at batch 1, measured in

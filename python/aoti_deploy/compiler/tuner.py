@@ -47,12 +47,22 @@ class Candidate:
         return settings_summary(list(self.settings), []) if self.settings else ""
 
 
+_LINEARS = (torch.ops.aten.linear.default, torch.ops.aten.addmm.default, torch.ops.aten.mm.default)
+
+
+def _has_linears(program: torch.export.ExportedProgram) -> bool:
+    return any(node.op == "call_function" and node.target in _LINEARS for node in program.graph.nodes)
+
+
 def candidates(run: ExportRun, program: torch.export.ExportedProgram) -> list[Candidate]:
     """The toolkit's defaults first, then the settings that won on some model in the
-    measurements (docs/performance.md): Inductor's own defaults, the C++ GEMM
-    template of max-autotune, and the NCHW layout (no layout optimisation). The
-    user's own settings apply over each; candidates that come out the same are
-    tried once. The defaults' graph rewrites apply to the candidates built on them."""
+    measurements (docs/performance-real-models.md): Inductor's own defaults, the C++ GEMM
+    template of max-autotune, and the NCHW layout (no layout optimisation); and for a
+    frozen model with linears, frozen without weight packing, so that its linears run
+    MKL's sgemm, not oneDNN's packed inner product (BERT at batch 8 on AVX2: 68 ms
+    against 84). The user's own settings apply over each; candidates that come out the
+    same are tried once. The defaults' graph rewrites apply to the candidates built on
+    them."""
     options = run.options
     defaults = applicable(default_settings(options), program, run.tolerance)
     freezing, base = compile_configs(defaults, options), tuple(defaults)
@@ -69,6 +79,9 @@ def candidates(run: ExportRun, program: torch.export.ExportedProgram) -> list[Ca
         Candidate(f"{'freezing, ' if frozen else ''}NCHW layout{also}",
                   {**freezing, "layout_optimization": False, **options.inductor_configs}, base),
     ]
+    if frozen and _has_linears(program):
+        listed.append(Candidate(f"freezing, linears on MKL (no weight packing){also}",
+                                {**freezing, "cpp.weight_prepack": False, **options.inductor_configs}, base))
     unique: dict[str, Candidate] = {}
     for candidate in listed:
         unique.setdefault(repr((sorted(candidate.configs.items()), [s.name for s in candidate.settings])), candidate)
