@@ -41,9 +41,22 @@ CUDA_SKIP_REASON = "needs a CUDA device"
 _ZOO_WANTED = False
 
 
+# The longest test files, longest first (their tests' times in a fresh-clone run). In
+# scripts/test.sh's parallel run a file goes to one worker, in this order
+# (--no-loadscope-reorder): a long file handed out last would leave the other worker
+# idle at the end. The others follow in their own order.
+LONGEST_FIRST = (
+    "test_triton.py", "test_speed_settings.py", "test_signed_bundles.py", "test_user_models.py",
+    "test_performance.py", "test_real_models.py", "test_quantize.py", "test_api.py", "test_docs.py",
+    "test_index_guards.py",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     global _ZOO_WANTED
     _ZOO_WANTED = any("zoo" in getattr(item, "fixturenames", ()) for item in items)
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests keep their order
     if torch.cuda.is_available():
         return
     if os.environ.get("AOTI_DEPLOY_REQUIRE_CUDA") == "1":
