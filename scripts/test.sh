@@ -28,9 +28,10 @@ export AOTI_DEPLOY_REQUIRE_QUANT="${AOTI_DEPLOY_REQUIRE_QUANT:-1}"
 
 # Two pytest-xdist workers (TEST_WORKERS=0 runs the suite in this one process), a test
 # file to a worker, the longest files first (tests/conftest.py: LONGEST_FIRST): the suite
-# keeps both cores of a 2-core AVX2 host busy, and took 848-1057 s there from a fresh clone. A compile that tests in both workers need is made once
-# (tests/conftest.py: once_per_run); the console scripts' processes fork from one that
-# has imported torch (tests/preforked.py).
+# keeps both cores of a 2-core AVX2 host busy, and took 848-1057 s there from a fresh
+# clone. A compile that tests in both workers need is made once (tests/conftest.py:
+# once_per_run); the console scripts' processes fork from one that has imported torch
+# (tests/preforked.py).
 printf '\n==> running the test suite (%s pytest workers)\n' "${TEST_WORKERS:-2}"
 cd "$ROOT"
 "$VENV/bin/python" -m pytest -n "${TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"

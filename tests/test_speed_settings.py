@@ -413,8 +413,8 @@ def test_a_frozen_model_with_linears_is_also_tuned_with_its_linears_on_mkl() -> 
     run MKL's sgemm rather than oneDNN's packed inner product. Not without freezing
     (nothing is packed then), and once where the user already said no to packing."""
     torch.manual_seed(0)
-    model, x = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).eval(), \
-        torch.randn(3, 16)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).eval()
+    x = torch.randn(3, 16)
     run = SimpleNamespace(options=ExportOptions(optimize="tune"), tolerance=Tolerance(CLOSE))
     listed = tuner.candidates(run, decomposed(model, x))
     assert listed[-1].name == "freezing, linears on MKL (no weight packing)"
