@@ -15,7 +15,7 @@ Prints and writes, under --output-dir:
                                 export's cold and warm (cache hit) times
 
     .venv/bin/python scripts/bench_real_models.py [--models bert_base4,resnet18,causal_lm]
-        [--threads 2] [--iterations 100] [--batches 1,8] [--no-max-autotune]
+        [--threads 2] [--iterations 100] [--rounds 1] [--batches 1,8] [--no-max-autotune]
         [--baseline] [--tune [--tune-budget 600]] [--summary-only]
         [--output-dir artifacts/bench-real]
 
@@ -34,6 +34,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -94,6 +95,15 @@ def export_timed(model, kwargs, path: Path, shapes, name: str, **options) -> tup
     return package, cold, time.perf_counter() - started
 
 
+def cpp_p50(package: ad.Package, kwargs: dict, batch: int, options: argparse.Namespace) -> float:
+    """The package's p50 in the C++ runner at ``batch``: the median of --rounds runs."""
+    sized = at_batch(CallInputs.of((), kwargs), batch)
+    tensors = package.flat_inputs(sized.args, sized.kwargs)
+    return statistics.median(
+        float(package._bench_cpp(tensors, options.iterations, max(5, options.iterations // 10),
+                                 intra_op_threads=options.threads)["p50_us"]) for _ in range(options.rounds))
+
+
 def run_one(name: str, folder_name: str, export_batch: int, bench_batches: list[int],
             options: argparse.Namespace) -> None:
     """Export, verify and benchmark one package; writes its bench.* and export.json."""
@@ -115,12 +125,7 @@ def run_one(name: str, folder_name: str, export_batch: int, bench_batches: list[
         print(f"==> {folder_name}: the package with Inductor's defaults (freezing off), for comparison", flush=True)
         before, cold_before, _ = export_timed(model, kwargs, folder / f"{name}-inductor-defaults.pt2", shapes, name,
                                               inductor_configs={"freezing": False})
-        p50s = {}
-        for batch in bench_batches:  # at each batch the package is benchmarked at
-            sized = at_batch(CallInputs.of((), kwargs), batch)
-            timing = before._bench_cpp(before.flat_inputs(sized.args, sized.kwargs), options.iterations,
-                                       max(5, options.iterations // 10), intra_op_threads=options.threads)
-            p50s[str(batch)] = float(timing["p50_us"])
+        p50s = {str(batch): cpp_p50(before, kwargs, batch, options) for batch in bench_batches}
         export.update(inductor_defaults_cpp_p50_us=p50s, inductor_defaults_cold_export_s=round(cold_before, 1))
         before.close()
     if options.tune:
@@ -130,12 +135,7 @@ def run_one(name: str, folder_name: str, export_batch: int, bench_batches: list[
         tuned, cold_tuned, _ = export_timed(model, kwargs, folder / f"{name}-tuned.pt2", shapes, name,
                                             optimize="tune", tune_budget=options.tune_budget)
         chosen = next((row["name"] for row in tuned.spec.tuning if "chosen" in row["result"]), "-")
-        p50s = {}
-        for batch in bench_batches:
-            sized = at_batch(CallInputs.of((), kwargs), batch)
-            timing = tuned._bench_cpp(tuned.flat_inputs(sized.args, sized.kwargs), options.iterations,
-                                      max(5, options.iterations // 10), intra_op_threads=options.threads)
-            p50s[str(batch)] = float(timing["p50_us"])
+        p50s = {str(batch): cpp_p50(tuned, kwargs, batch, options) for batch in bench_batches}
         export.update(tuned_cpp_p50_us=p50s, tuned_choice=chosen, tuned_export_s=round(cold_tuned, 1),
                       tuning=[{k: row[k] for k in ("name", "p50_us", "result")} for row in tuned.spec.tuning])
         tuned.close()
@@ -143,6 +143,7 @@ def run_one(name: str, folder_name: str, export_batch: int, bench_batches: list[
           flush=True)
     bench = package.benchmark((), kwargs, model=model, batches=tuple(bench_batches), threads=options.threads,
                               iterations=options.iterations, warmup=max(5, options.iterations // 10),
+                              rounds=options.rounds,
                               max_autotune=options.max_autotune, compile_timeout=options.compile_timeout,
                               on_step=lambda step: print(f"    {step}", flush=True))
     write_outputs(bench, folder, title=folder_name)
@@ -169,7 +170,7 @@ def summary_rows(output_dir: Path, threads: int) -> list[dict[str, object]]:
                     return row["p50_us"] if row and not row.get("skipped") else None
 
                 rows.append({
-                    "model": name, "batch": batch, "threads": used,
+                    "model": name, "batch": batch, "threads": used, "rounds": bench.get("rounds", 1),
                     "cpp_p50_us": p50(cpp_row(used)) if used > 1 else p50(cpp_row(1)),
                     "cpp_1_thread_p50_us": p50(cpp_row(1)), "python_p50_us": p50(PYTHON), "onnx_p50_us": p50(ONNX),
                     "eager_p50_us": p50(EAGER), "compile_p50_us": p50(COMPILE),
@@ -243,7 +244,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(FACTORIES), help="comma-separated: " + ", ".join(FACTORIES))
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads for every path")
-    parser.add_argument("--iterations", type=int, default=100, help="timed runs per path and batch")
+    parser.add_argument("--iterations", type=int, default=100, help="timed runs per path and batch (per round)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="time every path this many times, the paths in turn, and report the medians "
+                        "(--baseline and --tune: their package's own rounds, before the others)")
     parser.add_argument("--batches", default="1,8", help="batches to measure (the vision set: one package each)")
     parser.add_argument("--no-max-autotune", dest="max_autotune", action="store_false",
                         help="leave out torch.compile max-autotune (minutes per model on 2 cores)")
@@ -262,6 +266,8 @@ def main() -> int:
     unknown = [n for n in names if n not in FACTORIES]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; expected some of {', '.join(FACTORIES)}")
+    if options.rounds < 1 or options.iterations < 1:
+        parser.error(f"--rounds and --iterations must be >= 1 (given {options.rounds} and {options.iterations})")
     batches = sorted({int(b) for b in options.batches.split(",") if b.strip()})
     torch.set_num_threads(options.threads)
     options.output_dir.mkdir(parents=True, exist_ok=True)
@@ -269,7 +275,10 @@ def main() -> int:
         for folder_name, export_batch, bench_batches in builds(name, batches):
             run_one(name, folder_name, export_batch, bench_batches, options)
     rows = summary_rows(options.output_dir, options.threads)
-    table = host_line() + "\n\n" + markdown(rows, options.threads)
+    rounds = sorted({int(row["rounds"]) for row in rows})  # type: ignore[call-overload]
+    timing = ("Each row's paths were timed in " + " or ".join(map(str, rounds)) + " rounds, in turn; the figures "
+              "are the medians of the rounds'.\n\n") if rounds != [1] else ""
+    table = host_line() + "\n\n" + timing + markdown(rows, options.threads)
     (options.output_dir / "summary.md").write_text(table)
     (options.output_dir / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
     print("\n==> summary (ratios measured in this run; below 1.00x the C++ runner is faster)\n" + table)

@@ -9,6 +9,7 @@ import dataclasses
 import json
 import re
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
@@ -595,6 +596,31 @@ def test_package_benchmark_of_a_package_static_in_batch_says_so(compiled_package
     assert json.loads(json_path.read_text())["rows"][0]["batch"] == 2
     assert "| 2 | AOTI Python runtime |" in md_path.read_text()
     assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_package_benchmark_in_rounds_times_the_paths_in_turn_and_reports_medians(compiled_package, build) -> None:
+    """rounds=3: every path once per round, the paths in turn within each round (the
+    progress steps say so, in order); each row's p50 is the median of its three
+    rounds', which the row keeps; the result says how it was timed."""
+    from aoti_deploy.bench.package_bench import PYTHON, TRITON, cpp_row
+
+    package = aoti_deploy.load(compiled_package.path)
+    steps: list[str] = []
+    result = package.benchmark(compiled_package.inputs[0], iterations=3, warmup=1, batches=(2,), threads=1,
+                               rounds=3, on_step=steps.append)
+    paths = [PYTHON, cpp_row(1)]
+    assert steps == [f"batch 2: {path}, round {k}/3" for k in (1, 2, 3) for path in paths]
+    for path in paths:
+        row = result.row(path, 2)
+        assert len(row.round_p50s_us) == 3 and all(p50 > 0 for p50 in row.round_p50s_us)
+        assert row.p50_us == statistics.median(row.round_p50s_us)
+    assert result.to_json()["rounds"] == 3 and "in each of 3 rounds, the paths in turn" in result.markdown()
+    single = package.benchmark(compiled_package.inputs[0], iterations=2, warmup=0, batches=(2,), cpp=False,
+                               triton=True)
+    assert single.rounds == 1 and single.row(PYTHON, 2).round_p50s_us == () and "rounds" not in single.markdown()
+    assert "not timed for a package" in single.row(TRITON, 2).skipped
+    with pytest.raises(aoti_deploy.InputError, match=r"rounds >= 1 \(given 0\)"):
+        package.benchmark(compiled_package.inputs[0], iterations=2, rounds=0, cpp=False)
 
 
 def test_bench_package_cli_measures_a_package_and_writes_its_files(compiled_package, build, tmp_path):

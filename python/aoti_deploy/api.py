@@ -497,6 +497,7 @@ class Package:
         model: nn.Module | None = None,
         iterations: int = 100,
         warmup: int = 10,
+        rounds: int = 1,
         cpp: bool = True,
         threads: int | None = None,
         batches: Sequence[int] = (1, 8),
@@ -522,8 +523,11 @@ class Package:
             model: the eager model; default the one this package was exported from.
                 Without one, only the package's own paths run.
             batches: the batch sizes to measure.
-            iterations: timed runs per path and batch.
+            iterations: timed runs per path and batch (in each round).
             warmup: untimed runs before them.
+            rounds: time every path this many times, the paths in turn, and report
+                the median of the rounds' figures (each row keeps the rounds' p50s):
+                on a host whose speed drifts, the drift then reaches every path alike.
             threads: intra-op threads for every path (default torch's current).
             compile: include torch.compile's default row.
             max_autotune: include torch.compile's max-autotune row.
@@ -542,7 +546,8 @@ class Package:
 
         return benchmark_package(
             self, CallInputs.of(args, kwargs), model if model is not None else self._model,
-            batches=tuple(batches), iterations=iterations, warmup=warmup, threads=threads, compile=compile,
+            batches=tuple(batches), iterations=iterations, warmup=warmup, rounds=rounds, threads=threads,
+            compile=compile,
             max_autotune=max_autotune, compile_timeout=compile_timeout, cpp=cpp, onnx=onnx, triton=triton,
             on_step=on_step,
         )

@@ -45,7 +45,9 @@ class BenchRow:
     """One path at one batch: latency (µs), throughput (samples/s) and each as a
     ratio to the fastest path at that batch (1.0 is the fastest; p50 and p99 above
     1 are slower, throughput below 1 is lower). ``skipped`` says why a path has no
-    numbers; ``note`` says how it ran (threads, compile time, ...)."""
+    numbers; ``note`` says how it ran (threads, compile time, ...). Timed in rounds,
+    the figures are the medians of the rounds' and ``round_p50s_us`` holds each
+    round's p50, in order."""
 
     path: str
     batch: int
@@ -57,17 +59,20 @@ class BenchRow:
     throughput_ratio: float | None = None
     skipped: str = ""
     note: str = ""
+    round_p50s_us: tuple[float, ...] = ()
 
 
 @dataclass
 class BenchmarkResult:
     """Every path on the same inputs in one run: ``rows`` per batch, in path order,
-    with the machine, thread count and what was left out and why."""
+    with the machine, thread count and what was left out and why. With ``rounds``
+    above 1 every path was timed once per round, the paths in turn within each round."""
 
     rows: list[BenchRow]
     batches: tuple[int, ...]
     iterations: int
     threads: int
+    rounds: int = 1
     torch_version: str = torch.__version__
     machine: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -111,12 +116,17 @@ class BenchmarkResult:
     def markdown(self) -> str:
         head = (f"Package benchmark: {self.machine.get('cpu', '?')}, {self.machine.get('cores', '?')} cores, "
                 f"torch {self.torch_version}, {self.threads} thread(s), {self.iterations} timed runs per path "
-                "and batch.\n\n")
+                f"and batch{self._rounds_text()}.\n\n")
         notes = "".join(f"\n- {note}" for note in self.notes)
         return head + self.table() + ("\n" + notes if notes else "") + "\n"
 
+    def _rounds_text(self) -> str:
+        return (f" in each of {self.rounds} rounds, the paths in turn; every figure is the median of the rounds'"
+                if self.rounds > 1 else "")
+
     def to_json(self) -> dict[str, Any]:
         return {"batches": list(self.batches), "iterations": self.iterations, "threads": self.threads,
+                "rounds": self.rounds,
                 "torch_version": self.torch_version, "machine": self.machine, "notes": self.notes,
                 "rows": [asdict(r) for r in self.rows]}
 
@@ -126,12 +136,20 @@ class _Timing:
     p50: float
     p99: float
     mean: float
+    round_p50s: tuple[float, ...] = ()
 
 
 def _time(fn: Callable[[], object], iterations: int, warmup: int) -> _Timing:
     samples = time_samples(fn, iterations, warmup)
     latency = Latency.of(samples)
     return _Timing(latency.p50, latency.p99, statistics.fmean(samples))
+
+
+def _median_timing(timings: list[_Timing]) -> _Timing:
+    """The rounds of one path as one: the median of each figure."""
+    return _Timing(statistics.median(t.p50 for t in timings), statistics.median(t.p99 for t in timings),
+                   statistics.median(t.mean for t in timings),
+                   tuple(t.p50 for t in timings) if len(timings) > 1 else ())
 
 
 class CompileTimeout(Exception):
@@ -236,6 +254,7 @@ def benchmark_package(
     batches: tuple[int, ...] = (1, 8),
     iterations: int = 100,
     warmup: int = 10,
+    rounds: int = 1,
     threads: int | None = None,
     compile: bool = True,
     max_autotune: bool = True,
@@ -250,11 +269,17 @@ def benchmark_package(
     A path that cannot run gets a row with ``skipped`` saying why (no eager model,
     a package static in batch, a compile over ``compile_timeout`` seconds, a model
     that does not export to ONNX, the ONNX extra missing). Never raises for one
-    path; raises InputError for bad arguments."""
+    path; raises InputError for bad arguments.
+
+    With ``rounds`` above 1, each batch's paths are timed in turn, once per round
+    (on a host whose speed drifts, a drift then reaches every path alike), and each
+    figure is the median of the rounds'; set-up (compiles, the ONNX export) is done
+    once."""
     from ..runtime.onnx_extra import missing_onnx_packages
 
-    if iterations < 1 or warmup < 0 or not batches or min(batches) < 1:
-        raise InputError("iterations must be >= 1, warmup >= 0 and every batch >= 1")
+    if iterations < 1 or warmup < 0 or rounds < 1 or not batches or min(batches) < 1:
+        raise InputError(f"iterations must be >= 1 (given {iterations}), warmup >= 0 (given {warmup}), rounds >= 1 "
+                         f"(given {rounds}) and every batch >= 1 (given {list(batches)})")
     step = on_step or (lambda _: None)
     threads = threads or torch.get_num_threads()
     previous_threads = torch.get_num_threads()
@@ -279,55 +304,71 @@ def benchmark_package(
                 sized = at_batch(call, batch)
                 tensors = package.flat_inputs(sized.args, sized.kwargs)
                 eager_outputs: list[torch.Tensor] | None = None
+                timings: dict[str, list[_Timing]] = {}
+                round_text = ""
 
                 def record(path: str, fn: Callable[[], _Timing | None], note: str = "") -> None:
-                    step(f"batch {batch}: {path}")
+                    if measured.get(path, (None, "", ""))[1]:
+                        return  # skipped in an earlier round: it would fail the same way
+                    step(f"batch {batch}: {path}{round_text}")
                     try:
-                        measured[path] = (fn(), "", note)
+                        timing = fn()
                     except (_Skip, AotiDeployError) as skip:  # the runner's failure names itself
                         measured[path] = (None, str(skip).splitlines()[0][:240], "")
+                        return
+                    if timing is not None:
+                        timings.setdefault(path, []).append(timing)
+                    measured[path] = (timing, "", note)
 
-                if model is None:
-                    for path in (EAGER, COMPILE, COMPILE_MAX, ONNX):
-                        measured[path] = (None, "no eager model given (pass model=..., or --model on the CLI)", "")
-                else:
+                if model is not None:
                     from ..models.user import flatten_outputs
 
                     with torch.no_grad():
                         eager_outputs = flatten_outputs(sized.call(model))
-                        record(EAGER, lambda: _time(lambda: sized.call(model), iterations, warmup))
-                        for path, mode in ((COMPILE, None), (COMPILE_MAX, "max-autotune")):
-                            if not compile or (mode and not max_autotune):
-                                measured[path] = (None, "not requested", "")
-                                continue
-                            record(path, lambda: _time_compiled(compiled, path, model, mode, sized, iterations,
-                                                                warmup, compile_timeout))
-                            if measured[path][0] is not None:
-                                measured[path] = (measured[path][0], "", compiled.get(f"{path} note", ""))
                 runtime = package._runtime()
-                record(PYTHON, lambda: _time(lambda: runtime.run(tensors), iterations, warmup))
-                if cpp:
-                    for n in dict.fromkeys((1, threads)):
-                        def run_cpp(n: int = n) -> _Timing:
-                            data = package._bench_cpp(tensors, iterations, warmup, intra_op_threads=n)
-                            return _Timing(float(data["p50_us"]), float(data["p99_us"]), float(data["mean_us"]))
-                        record(cpp_row(n), run_cpp)
-                if model is not None:
-                    if not onnx:
-                        measured[ONNX] = (None, f"the ONNX extra is not installed ({onnx_missing})" if onnx_missing
-                                          else "not requested", "")
+                for round_number in range(1, rounds + 1):
+                    round_text = f", round {round_number}/{rounds}" if rounds > 1 else ""
+                    if model is None:
+                        for path in (EAGER, COMPILE, COMPILE_MAX, ONNX):
+                            measured[path] = (None, "no eager model given (pass model=..., or --model on the CLI)",
+                                              "")
                     else:
-                        record(ONNX, lambda: _time_onnx(model, sized, Path(folder), threads, iterations, warmup,
-                                                        eager_outputs, compiled))
-                        if measured[ONNX][0] is not None:
-                            measured[ONNX] = (measured[ONNX][0], "", compiled.get("onnx note", ""))
+                        with torch.no_grad():
+                            record(EAGER, lambda: _time(lambda: sized.call(model), iterations, warmup))
+                            for path, mode in ((COMPILE, None), (COMPILE_MAX, "max-autotune")):
+                                if not compile or (mode and not max_autotune):
+                                    measured[path] = (None, "not requested", "")
+                                    continue
+                                record(path, lambda: _time_compiled(compiled, path, model, mode, sized, iterations,
+                                                                    warmup, compile_timeout))
+                    record(PYTHON, lambda: _time(lambda: runtime.run(tensors), iterations, warmup))
+                    if cpp:
+                        for n in dict.fromkeys((1, threads)):
+                            def run_cpp(n: int = n) -> _Timing:
+                                data = package._bench_cpp(tensors, iterations, warmup, intra_op_threads=n)
+                                return _Timing(float(data["p50_us"]), float(data["p99_us"]), float(data["mean_us"]))
+                            record(cpp_row(n), run_cpp)
+                    if model is not None:
+                        if not onnx:
+                            measured[ONNX] = (None, f"the ONNX extra is not installed ({onnx_missing})"
+                                              if onnx_missing else "not requested", "")
+                        else:
+                            record(ONNX, lambda: _time_onnx(model, sized, Path(folder), threads, iterations, warmup,
+                                                            eager_outputs, compiled))
                 if triton:
                     measured[TRITON] = (None, "not timed for a package: this benchmark starts no server (serve "
                                         "it with aoti-deploy triton-repository and aoti-deploy serve)", "")
+                for path, (_, skipped, note) in list(measured.items()):
+                    if not skipped and path in timings:
+                        extra = {COMPILE: compiled.get(f"{COMPILE} note", ""),
+                                 COMPILE_MAX: compiled.get(f"{COMPILE_MAX} note", ""),
+                                 ONNX: compiled.get(f"onnx note b{batch}", "")}.get(path, note)
+                        measured[path] = (_median_timing(timings[path]), "", extra)
                 rows.extend(_rows(batch, measured))
     finally:
         torch.set_num_threads(previous_threads)
-    return BenchmarkResult(rows, tuple(b for b in batches), iterations, threads, machine=machine_facts(), notes=notes)
+    return BenchmarkResult(rows, tuple(b for b in batches), iterations, threads, rounds=rounds,
+                           machine=machine_facts(), notes=notes)
 
 
 class _Skip(Exception):
@@ -357,20 +398,27 @@ def _time_compiled(cache: dict[str, Any], path: str, model: torch.nn.Module, mod
 
 
 def _time_onnx(model: torch.nn.Module, call: "CallInputs", folder: Path, threads: int, iterations: int, warmup: int,
-               eager: list[torch.Tensor] | None, notes: dict[str, Any]) -> _Timing:
-    try:
-        session, feed, how = _onnx_session(model, call, folder, threads)
-    except Exception as error:  # the exporters raise many types; the row says why
-        from ..compiler.onnx_export import _last_line
+               eager: list[torch.Tensor] | None, cache: dict[str, Any]) -> _Timing:
+    """ONNX Runtime on this call: exported, run once and checked against eager on the
+    first call at this batch (the session and its note kept in ``cache``), then timed."""
+    batch = call.tensors()[0].shape[0]
+    if f"onnx b{batch}" not in cache:
+        try:
+            session, feed, how = _onnx_session(model, call, folder, threads)
+        except Exception as error:  # the exporters raise many types; the row says why
+            from ..compiler.onnx_export import _last_line
 
-        raise _Skip(f"the model does not export to ONNX: {_last_line(error)[:200]}") from error
-    try:
-        outputs = session.run(None, feed)
-    except Exception as error:  # onnxruntime's own error types; the row says why
-        raise _Skip(f"ONNX Runtime could not run the export: {type(error).__name__}: "
-                    f"{str(error).splitlines()[0][:200]}") from error
-    differs = _close(outputs, eager or [])
-    notes["onnx note"] = f"{how}, static shapes; " + (differs or "outputs match eager (torch.testing defaults)")
+            raise _Skip(f"the model does not export to ONNX: {_last_line(error)[:200]}") from error
+        try:
+            outputs = session.run(None, feed)
+        except Exception as error:  # onnxruntime's own error types; the row says why
+            raise _Skip(f"ONNX Runtime could not run the export: {type(error).__name__}: "
+                        f"{str(error).splitlines()[0][:200]}") from error
+        differs = _close(outputs, eager or [])
+        cache[f"onnx b{batch}"] = (session, feed)
+        cache[f"onnx note b{batch}"] = (f"{how}, static shapes; "
+                                        + (differs or "outputs match eager (torch.testing defaults)"))
+    session, feed = cache[f"onnx b{batch}"]
     return _time(lambda: session.run(None, feed), iterations, warmup)
 
 
@@ -389,7 +437,7 @@ def _rows(batch: int, measured: Mapping[str, tuple[_Timing | None, str, str]]) -
             continue
         rate = batch * 1e6 / t.mean
         rows.append(BenchRow(path, batch, t.p50, t.p99, rate, t.p50 / best_p50, t.p99 / best_p99, rate / best_rate,
-                             note=note))
+                             note=note, round_p50s_us=t.round_p50s))
     return rows
 
 

@@ -78,7 +78,9 @@ def benchmark(
     repeats: Annotated[
         int,
         typer.Option(min=1, help="Measure the compiled paths (AOTI from Python and C++, the floor, serving) this many "
-                     "times and report the run with the median p50 (throughput for serving)."),
+                     "times and report the run with the median p50 (throughput for serving). With --package: time "
+                     "every path this many times, the paths in turn (a drift of the host's speed then reaches all "
+                     "alike), and report the median of each figure."),
     ] = 3,
     check_targets: Annotated[bool, typer.Option(help="Exit 1 if a performance target is missed.")] = False,
     onnx: Annotated[
@@ -162,7 +164,7 @@ def benchmark(
     from ..runtime.onnx_extra import onnx_wanted
 
     if package is not None:
-        _bench_package(package, inputs, model, model_arg or [], batches, threads, iterations, torch_compile,
+        _bench_package(package, inputs, model, model_arg or [], batches, threads, iterations, repeats, torch_compile,
                        max_autotune, compile_timeout, onnx, bool(triton), output_dir)
         return
     given = [name for name, value in (("--inputs", inputs), ("--model", model), ("--model-arg", model_arg))
@@ -273,7 +275,8 @@ def benchmark(
 
 
 def _bench_package(path: Path, inputs: Optional[Path], model: Optional[str], model_args: list[str], batches: str,
-                   threads: int, iterations: float, torch_compile: bool, max_autotune: bool, compile_timeout: float,
+                   threads: int, iterations: float, rounds: int, torch_compile: bool, max_autotune: bool,
+                   compile_timeout: float,
                    onnx: Optional[bool], triton: bool, output_dir: Path) -> None:
     """--package: the package benchmark (bench/package_bench.py), printed and written."""
     from .. import api
@@ -291,9 +294,9 @@ def _bench_package(path: Path, inputs: Optional[Path], model: Optional[str], mod
     try:
         loaded = api.load(path)
         call, eager = package_call(loaded, inputs, model, parse_model_args(model_args))
-        with step_progress(len(sizes) * 8) as on_step:
+        with step_progress(len(sizes) * 8 * rounds) as on_step:
             result = loaded.benchmark(call.args, call.kwargs, model=eager, iterations=max(1, round(200 * iterations)),
-                                      warmup=max(1, round(20 * iterations)), threads=threads or None,
+                                      warmup=max(1, round(20 * iterations)), rounds=rounds, threads=threads or None,
                                       batches=sizes, compile=torch_compile, max_autotune=max_autotune,
                                       compile_timeout=compile_timeout, onnx=onnx_wanted(onnx), triton=triton,
                                       on_step=on_step)
@@ -301,7 +304,9 @@ def _bench_package(path: Path, inputs: Optional[Path], model: Optional[str], mod
     except Exception as error:  # typed errors keep their code; anything else exits 2
         exit_with(error)
     table = Table(title=f"{path.name}: every path on the same inputs, {result.threads} thread(s), "
-                  f"{result.iterations} runs each; ratios to the fastest at each batch")
+                  f"{result.iterations} runs each" + (f" in each of {result.rounds} rounds (medians)"
+                                                       if result.rounds > 1 else "")
+                  + "; ratios to the fastest at each batch")
     for column in ("batch", "path", "p50 µs", "p99 µs", "per s", "p50 / fastest", "p99 / fastest",
                    "throughput / best", "note"):
         table.add_column(column, justify="left" if column in ("path", "note") else "right")
