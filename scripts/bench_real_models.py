@@ -277,7 +277,7 @@ def main() -> int:
     rows = summary_rows(options.output_dir, options.threads)
     rounds = sorted({int(row["rounds"]) for row in rows})  # type: ignore[call-overload]
     timing = ("Each row's paths were timed in " + " or ".join(map(str, rounds)) + " rounds, in turn; the figures "
-              "are the medians of the rounds'.\n\n") if rounds != [1] else ""
+              "are the medians of the rounds'.\n\n") if rounds and rounds != [1] else ""
     table = host_line() + "\n\n" + timing + markdown(rows, options.threads)
     (options.output_dir / "summary.md").write_text(table)
     (options.output_dir / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")

@@ -623,6 +623,30 @@ def test_package_benchmark_in_rounds_times_the_paths_in_turn_and_reports_medians
         package.benchmark(compiled_package.inputs[0], iterations=2, rounds=0, cpp=False)
 
 
+def test_package_benchmark_in_rounds_compiles_each_torch_compile_mode_once(compiled_package) -> None:
+    """With an eager model given (a pointwise one: a graph each, nothing to tune) and
+    both torch.compile rows, three rounds compile each mode once (Dynamo keeps both,
+    guarded on the backend), and each row's note is that first call's compile time,
+    not a later round's warm call."""
+    from torch._dynamo.utils import counters
+
+    from aoti_deploy.bench.package_bench import COMPILE, COMPILE_MAX
+
+    class Pointwise(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2 + 1
+
+    package = aoti_deploy.load(compiled_package.path)
+    counters.clear()
+    result = package.benchmark(compiled_package.inputs[0], model=Pointwise(), iterations=2, warmup=1,
+                               batches=(PACKAGE_SHAPE[0],), threads=1, rounds=3, cpp=False, onnx=False)
+    assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])
+    for path in (COMPILE, COMPILE_MAX):
+        row = result.row(path, PACKAGE_SHAPE[0])
+        assert not row.skipped and len(row.round_p50s_us) == 3, row
+        assert re.fullmatch(r"first call \(compile\) \d+\.\d s", row.note), row.note
+
+
 def test_bench_package_cli_measures_a_package_and_writes_its_files(compiled_package, build, tmp_path):
     result = runner.invoke(cli_app, [
         "bench", "--package", str(compiled_package.path), "--inputs", str(compiled_package.input_file),

@@ -325,6 +325,10 @@ def benchmark_package(
 
                     with torch.no_grad():
                         eager_outputs = flatten_outputs(sized.call(model))
+                    if compile:  # each batch's torch.compile rows compile a static graph of their own
+                        torch._dynamo.reset()
+                        compiled.pop(COMPILE, None)
+                        compiled.pop(COMPILE_MAX, None)
                 runtime = package._runtime()
                 for round_number in range(1, rounds + 1):
                     round_text = f", round {round_number}/{rounds}" if rounds > 1 else ""
@@ -377,23 +381,27 @@ class _Skip(Exception):
 
 def _time_compiled(cache: dict[str, Any], path: str, model: torch.nn.Module, mode: str | None, call: "CallInputs",
                    iterations: int, warmup: int, timeout: float) -> _Timing:
-    """torch.compile's first call (the compile) bounded by ``timeout`` seconds, then
-    timed; a failure or a timeout is a skip with the reason."""
+    """torch.compile's first call at this batch (the compile) bounded by ``timeout``
+    seconds, then timed; in later rounds only timed. A failure or a timeout is a
+    skip with the reason. The caller resets Dynamo and drops both compiled paths
+    at each new batch, so each batch compiles its own static graph; within a batch
+    the two modes keep their own entries in Dynamo's cache (it guards on the
+    backend), so a later round compiles nothing."""
     if cache.get(f"{path} failed"):
         raise _Skip(cache[f"{path} failed"])
     fn = cache.get(path)
     if fn is None:
-        torch._dynamo.reset()
-        fn = cache[path] = torch.compile(model, mode=mode)
-    started = time.perf_counter()
-    try:
-        with _time_limit(timeout):
-            call.call(fn)
-    except Exception as error:  # Dynamo and Inductor raise many types; the row says which
-        cache[f"{path} failed"] = reason = (str(error) if isinstance(error, CompileTimeout)
-                                            else f"{type(error).__name__}: {str(error).splitlines()[0][:160]}")
-        raise _Skip(reason) from error
-    cache[f"{path} note"] = f"first call (compile) {time.perf_counter() - started:.1f} s"
+        fn = torch.compile(model, mode=mode)
+        started = time.perf_counter()
+        try:
+            with _time_limit(timeout):
+                call.call(fn)
+        except Exception as error:  # Dynamo and Inductor raise many types; the row says which
+            cache[f"{path} failed"] = reason = (str(error) if isinstance(error, CompileTimeout)
+                                                else f"{type(error).__name__}: {str(error).splitlines()[0][:160]}")
+            raise _Skip(reason) from error
+        cache[path] = fn
+        cache[f"{path} note"] = f"first call (compile) {time.perf_counter() - started:.1f} s"
     return _time(lambda: call.call(fn), iterations, warmup)
 
 
