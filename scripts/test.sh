@@ -28,7 +28,7 @@ export AOTI_DEPLOY_REQUIRE_QUANT="${AOTI_DEPLOY_REQUIRE_QUANT:-1}"
 
 # Two pytest-xdist workers (TEST_WORKERS=0 runs the suite in this one process), a test
 # file to a worker, the longest files first (tests/conftest.py: LONGEST_FIRST): the suite
-# keeps both cores of a 2-core AVX2 host busy, and took 848-1057 s there from a fresh
+# keeps both cores of a 2-core AVX2 host busy, and took 848-1105 s there from a fresh
 # clone. A compile that tests in both workers need is made once (tests/conftest.py:
 # once_per_run); the console scripts' processes fork from one that has imported torch
 # (tests/preforked.py).
