@@ -307,44 +307,48 @@ def benchmark_package(
                 timings: dict[str, list[_Timing]] = {}
                 round_text = ""
 
-                def record(path: str, fn: Callable[[], _Timing | None], note: str = "") -> None:
+                def record(path: str, fn: Callable[[], _Timing]) -> None:
                     if measured.get(path, (None, "", ""))[1]:
-                        return  # skipped in an earlier round: it would fail the same way
+                        return  # not timed (said before the rounds), or it failed in an earlier round
                     step(f"batch {batch}: {path}{round_text}")
                     try:
-                        timing = fn()
+                        timings.setdefault(path, []).append(fn())
                     except (_Skip, AotiDeployError) as skip:  # the runner's failure names itself
                         measured[path] = (None, str(skip).splitlines()[0][:240], "")
-                        return
-                    if timing is not None:
-                        timings.setdefault(path, []).append(timing)
-                    measured[path] = (timing, "", note)
 
-                if model is not None:
+                # The paths that are not timed, and why: said once, before the rounds.
+                if model is None:
+                    for path in (EAGER, COMPILE, COMPILE_MAX, ONNX):
+                        measured[path] = (None, "no eager model given (pass model=..., or --model on the CLI)", "")
+                else:
                     from ..models.user import flatten_outputs
 
                     with torch.no_grad():
                         eager_outputs = flatten_outputs(sized.call(model))
+                    for path, wanted in ((COMPILE, compile), (COMPILE_MAX, compile and max_autotune)):
+                        if not wanted:
+                            measured[path] = (None, "not requested", "")
                     if compile:  # each batch's torch.compile rows compile a static graph of their own
                         torch._dynamo.reset()
                         compiled.pop(COMPILE, None)
                         compiled.pop(COMPILE_MAX, None)
+                    if not onnx:
+                        measured[ONNX] = (None, f"the ONNX extra is not installed ({onnx_missing})"
+                                          if onnx_missing else "not requested", "")
+                if triton:
+                    measured[TRITON] = (None, "not timed for a package: this benchmark starts no server (serve "
+                                        "it with aoti-deploy triton-repository and aoti-deploy serve)", "")
                 runtime = package._runtime()
                 for round_number in range(1, rounds + 1):
                     round_text = f", round {round_number}/{rounds}" if rounds > 1 else ""
-                    if model is None:
-                        for path in (EAGER, COMPILE, COMPILE_MAX, ONNX):
-                            measured[path] = (None, "no eager model given (pass model=..., or --model on the CLI)",
-                                              "")
-                    else:
+                    if model is not None:
                         with torch.no_grad():
                             record(EAGER, lambda: _time(lambda: sized.call(model), iterations, warmup))
                             for path, mode in ((COMPILE, None), (COMPILE_MAX, "max-autotune")):
-                                if not compile or (mode and not max_autotune):
-                                    measured[path] = (None, "not requested", "")
-                                    continue
                                 record(path, lambda: _time_compiled(compiled, path, model, mode, sized, iterations,
                                                                     warmup, compile_timeout))
+                        record(ONNX, lambda: _time_onnx(model, sized, Path(folder), threads, iterations, warmup,
+                                                        eager_outputs, compiled))
                     record(PYTHON, lambda: _time(lambda: runtime.run(tensors), iterations, warmup))
                     if cpp:
                         for n in dict.fromkeys((1, threads)):
@@ -352,22 +356,13 @@ def benchmark_package(
                                 data = package._bench_cpp(tensors, iterations, warmup, intra_op_threads=n)
                                 return _Timing(float(data["p50_us"]), float(data["p99_us"]), float(data["mean_us"]))
                             record(cpp_row(n), run_cpp)
-                    if model is not None:
-                        if not onnx:
-                            measured[ONNX] = (None, f"the ONNX extra is not installed ({onnx_missing})"
-                                              if onnx_missing else "not requested", "")
-                        else:
-                            record(ONNX, lambda: _time_onnx(model, sized, Path(folder), threads, iterations, warmup,
-                                                            eager_outputs, compiled))
-                if triton:
-                    measured[TRITON] = (None, "not timed for a package: this benchmark starts no server (serve "
-                                        "it with aoti-deploy triton-repository and aoti-deploy serve)", "")
-                for path, (_, skipped, note) in list(measured.items()):
-                    if not skipped and path in timings:
-                        extra = {COMPILE: compiled.get(f"{COMPILE} note", ""),
-                                 COMPILE_MAX: compiled.get(f"{COMPILE_MAX} note", ""),
-                                 ONNX: compiled.get(f"onnx note b{batch}", "")}.get(path, note)
-                        measured[path] = (_median_timing(timings[path]), "", extra)
+                # Each timed path's rounds as one row; the compiles' and ONNX's notes from their first call.
+                note_keys = {COMPILE: f"{COMPILE} note", COMPILE_MAX: f"{COMPILE_MAX} note",
+                             ONNX: f"onnx note b{batch}"}
+                for path, series in timings.items():
+                    if path not in measured:  # a path that failed in a later round keeps its reason
+                        note = compiled.get(note_keys[path], "") if path in note_keys else ""
+                        measured[path] = (_median_timing(series), "", note)
                 rows.extend(_rows(batch, measured))
     finally:
         torch.set_num_threads(previous_threads)
